@@ -1,0 +1,24 @@
+"""The pure scheduler core: requests, the block pool, admission by reservation,
+step plans, the thread-safe inbox, backlog policies and events. Standard library
+only: the live engine and the simulator both drive it."""
+from .admission import ADMISSION_POLICIES, AdmissionPolicy, ReserveWhole
+from .backlog import (BACKLOG_POLICIES, Backlog, BacklogPolicy, Decision, Drop, Naive,
+                      Pause, PauseThenDrop, Unbounded, make_policy)
+from .block_pool import BlockPool, blocks_for
+from .core import Scheduler, SchedulerConfig
+from .errors import (DoubleRelease, InvalidRequest, InvariantBroken, QueueFull,
+                     RequestTooLarge, SubmitRefused)
+from .events import Event, FinishEvent, TokenEvent
+from .plan import PlanFeatures, StepPlan
+from .request import FinishReason, Request, Sequence, SeqState
+from .summary import StepSummary
+
+__all__ = [
+    "ADMISSION_POLICIES", "AdmissionPolicy", "ReserveWhole",
+    "BACKLOG_POLICIES", "Backlog", "BacklogPolicy", "Decision", "Drop", "Naive", "Pause",
+    "PauseThenDrop", "Unbounded", "make_policy",
+    "BlockPool", "blocks_for", "Scheduler", "SchedulerConfig",
+    "DoubleRelease", "InvalidRequest", "InvariantBroken", "QueueFull", "RequestTooLarge",
+    "SubmitRefused", "Event", "FinishEvent", "TokenEvent", "PlanFeatures", "StepPlan",
+    "FinishReason", "Request", "Sequence", "SeqState", "StepSummary",
+]

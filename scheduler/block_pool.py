@@ -1,0 +1,75 @@
+"""A fixed pool of KV-cache blocks: reserve at admission, grow block tables as
+tokens are written, release once."""
+from __future__ import annotations
+
+from .errors import DoubleRelease, InvariantBroken
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+class BlockPool:
+    """Physical blocks are taken from the free list only when a table grows, but a
+    reservation guarantees they will be there: the free list is never shorter than
+    the reserved blocks not yet taken."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be positive")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._free = list(range(num_blocks - 1, -1, -1))
+        self._reserved = 0
+        self._held: dict[str, tuple[int, list[int]]] = {}
+
+    @property
+    def reserved_blocks(self) -> int:
+        return self._reserved
+
+    @property
+    def free_blocks(self) -> int:
+        """Blocks no reservation holds."""
+        return self.num_blocks - self._reserved
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks already in some block table."""
+        return self.num_blocks - len(self._free)
+
+    def can_reserve(self, n: int) -> bool:
+        return n <= self.num_blocks - self._reserved
+
+    def reserve(self, seq_id: str, n: int) -> list[int]:
+        """Hold `n` blocks for `seq_id`; returns its (empty) block table."""
+        if seq_id in self._held:
+            raise InvariantBroken(f"sequence {seq_id!r} already holds a reservation")
+        if not self.can_reserve(n):
+            raise InvariantBroken(f"cannot reserve {n} blocks for {seq_id!r}: {self.free_blocks} free")
+        table: list[int] = []
+        self._held[seq_id] = (n, table)
+        self._reserved += n
+        return table
+
+    def grow(self, seq_id: str, num_tokens: int) -> list[int]:
+        """Extend the block table of `seq_id` to hold `num_tokens` tokens."""
+        n, table = self._held[seq_id]
+        need = blocks_for(num_tokens, self.block_size)
+        if need > n:
+            raise InvariantBroken(f"sequence {seq_id!r} needs {need} blocks, reserved {n}")
+        while len(table) < need:
+            table.append(self._free.pop())
+        return table
+
+    def release(self, seq_id: str) -> None:
+        """The one place blocks go back to the pool."""
+        held = self._held.pop(seq_id, None)
+        if held is None:
+            raise DoubleRelease(seq_id)
+        n, table = held
+        self._free.extend(reversed(table))
+        table.clear()
+        self._reserved -= n
+
+    def is_whole(self) -> bool:
+        return not self._held and self._reserved == 0 and len(self._free) == self.num_blocks

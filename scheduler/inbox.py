@@ -1,0 +1,73 @@
+"""Wishes from other threads (submit, cancel, pause, resume), recorded now and
+applied by the core at the next step boundary, in the order they came."""
+from __future__ import annotations
+
+import enum
+import threading
+
+from .errors import QueueFull
+from .request import FinishReason, Request
+
+
+class Wish(enum.Enum):
+    SUBMIT = "submit"
+    CANCEL = "cancel"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+class Inbox:
+    def __init__(self, max_waiting: int):
+        self.max_waiting = max_waiting
+        self._cond = threading.Condition()
+        self._wishes: list[tuple] = []
+        self._pending_submits = 0
+        self._waiting = 0
+
+    def submit(self, request: Request) -> None:
+        with self._cond:
+            if self._pending_submits + self._waiting >= self.max_waiting:
+                raise QueueFull(f"waiting queue is full ({self.max_waiting} requests)")
+            self._pending_submits += 1
+            self._wishes.append((Wish.SUBMIT, request))
+            self._cond.notify_all()
+
+    def cancel(self, seq_id: str, reason: FinishReason = FinishReason.CANCELLED) -> None:
+        self._record(Wish.CANCEL, seq_id, reason)
+
+    def pause(self, seq_id: str) -> None:
+        self._record(Wish.PAUSE, seq_id)
+
+    def resume(self, seq_id: str) -> None:
+        self._record(Wish.RESUME, seq_id)
+
+    def _record(self, *wish) -> None:
+        with self._cond:
+            self._wishes.append(wish)
+            self._cond.notify_all()
+
+    def take(self) -> list[tuple]:
+        """All wishes recorded so far, oldest first; the inbox is left empty."""
+        with self._cond:
+            wishes, self._wishes = self._wishes, []
+            self._pending_submits = 0
+            return wishes
+
+    def set_waiting(self, n: int) -> None:
+        """The core tells the inbox how many requests wait, for the waiting limit."""
+        with self._cond:
+            self._waiting = n
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._wishes)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until some wish is recorded (or timeout); True if there is one."""
+        with self._cond:
+            return self._cond.wait_for(lambda: bool(self._wishes), timeout)
+
+    def wake(self) -> None:
+        """Wake a thread blocked in `wait` (used when a driver stops)."""
+        with self._cond:
+            self._cond.notify_all()

@@ -1,0 +1,54 @@
+"""A step plan: what the executor must compute in one step, and the features
+that predict what it costs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .events import FinishEvent
+from .request import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFeatures:
+    """The counts a step-cost model reads."""
+
+    num_prefills: int
+    prefill_tokens: int
+    prefill_tokens_sq: int
+    decode_batch: int
+    context_tokens: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """Prefills compute a whole prompt and make the first token; decodes make one
+    token each with the context their block table holds. `finished` holds the
+    sequences the inbox ended before this step (cancels): the executor skips them."""
+
+    index: int
+    prefills: list[Sequence]
+    decodes: list[Sequence]
+    finished: list[FinishEvent] = field(default_factory=list)
+    features: PlanFeatures = None  # type: ignore[assignment]
+
+    def __post_init__(self):
+        prefill_tokens = sum(s.prompt_len for s in self.prefills)
+        self.features = PlanFeatures(
+            num_prefills=len(self.prefills),
+            prefill_tokens=prefill_tokens,
+            prefill_tokens_sq=sum(s.prompt_len * s.prompt_len for s in self.prefills),
+            decode_batch=len(self.decodes),
+            context_tokens=sum(s.num_tokens for s in self.decodes),
+        )
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        """The order in which the executor returns one token each."""
+        return self.prefills + self.decodes
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.prefills and not self.decodes

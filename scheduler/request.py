@@ -1,0 +1,66 @@
+"""Requests as the core sees them, and the sequence each becomes once submitted."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class FinishReason(enum.Enum):
+    LENGTH = "length"
+    STOP = "stop"
+    EOS = "eos"
+    CANCELLED = "cancelled"
+    SLOW_CLIENT = "slow_client"
+    ERROR = "error"
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a driver submits. `payload` is the driver's own (prompt ids, sampling,
+    stop strings); the core never reads it."""
+
+    id: str
+    prompt_len: int
+    max_new_tokens: int
+    payload: Any = None
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """A submitted request and everything the core tracks about it."""
+
+    request: Request
+    arrival: int
+    state: SeqState = SeqState.WAITING
+    reserved: int = 0
+    block_table: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+    @property
+    def prompt_len(self) -> int:
+        return self.request.prompt_len
+
+    @property
+    def num_tokens(self) -> int:
+        return self.request.prompt_len + len(self.output)
+
+    @property
+    def admitted(self) -> bool:
+        return self.reserved > 0
+
+    @property
+    def last_token(self) -> int:
+        return self.output[-1]

@@ -1,0 +1,19 @@
+"""A snapshot of the core's state between steps."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    step: int
+    running: int
+    waiting: int
+    paused: int
+    blocks_free: int
+    blocks_reserved: int
+    blocks_used: int
+    inbox: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

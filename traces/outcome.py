@@ -1,0 +1,60 @@
+"""What happened to one request in a replay, live or simulated: the one schema
+both write, so the analysis compares like with like. Times are seconds from the
+replay's start."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(slots=True)
+class RequestOutcome:
+    id: str
+    arrival_s: float
+    prompt_tokens: int
+    max_new_tokens: int
+    admitted_s: float | None = None
+    first_token_engine_s: float | None = None
+    """When the engine made the first token (end of its prefill step)."""
+    first_token_client_s: float | None = None
+    """When the client received the first token event."""
+    token_times_s: list[float] = field(default_factory=list)
+    """When the client received each token event it read."""
+    finish_s: float | None = None
+    finish_reason: str | None = None
+    tokens_generated: int = 0
+    tokens_read: int = 0
+    tokens_after_leave: int = 0
+    """Tokens the engine made after the client had left: wasted work."""
+    left_s: float | None = None
+    refused: str | None = None
+    """Why the request was refused before its stream began, if it was."""
+
+    @property
+    def ttft_client_s(self) -> float | None:
+        if self.first_token_client_s is None:
+            return None
+        return self.first_token_client_s - self.arrival_s
+
+    @property
+    def ttft_engine_s(self) -> float | None:
+        if self.first_token_engine_s is None:
+            return None
+        return self.first_token_engine_s - self.arrival_s
+
+    @property
+    def gaps_s(self) -> list[float]:
+        t = self.token_times_s
+        return [b - a for a, b in zip(t, t[1:])]
+
+
+def write_outcomes(path: str | Path, outcomes: list[RequestOutcome]) -> None:
+    with open(path, "w") as f:
+        for o in outcomes:
+            f.write(json.dumps(asdict(o)) + "\n")
+
+
+def read_outcomes(path: str | Path) -> list[RequestOutcome]:
+    with open(path) as f:
+        return [RequestOutcome(**json.loads(line)) for line in f if line.strip()]
