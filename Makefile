@@ -1,5 +1,6 @@
 # Two commands do all the set-up: `make run` (the main job on the embedded
 # default model) and `make test`. Both build the virtual environment first.
+PYTHON ?= python3.11
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
@@ -16,7 +17,7 @@ setup: $(STAMP)
 # torch goes first: pinned to the CPU build on this disk, so that no later
 # requirement pulls a multi-GB CUDA build from the registry.
 $(STAMP): pyproject.toml
-	python3.11 -m venv .venv
+	$(PYTHON) -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test]'

@@ -12,7 +12,7 @@ from .block_pool import BlockPool
 from .errors import InvalidRequest, InvariantBroken, RequestTooLarge
 from .events import Event, FinishEvent, TokenEvent
 from .inbox import Inbox, Wish
-from .plan import StepPlan
+from .plan import PlanFeatures, StepPlan
 from .request import FinishReason, Request, Sequence, SeqState
 from .summary import StepSummary
 
@@ -91,14 +91,24 @@ class Scheduler:
         finished = self._apply_inbox()
         prefills = self._admit()
         decodes = []
-        pool, bs = self.pool, self.config.block_size
+        context = 0
+        pool, bs, running = self.pool, self.config.block_size, SeqState.RUNNING
         for seq in self._running.values():
-            if seq.state is SeqState.RUNNING and seq.output:
-                if seq.num_tokens > len(seq.block_table) * bs:
-                    pool.grow(seq.id, seq.num_tokens)
+            if seq.state is running and seq.output:
+                n = seq.num_tokens
+                if n > len(seq.block_table) * bs:
+                    pool.grow(seq.id, n)
                 decodes.append(seq)
+                context += n
         self._steps += 1
-        return StepPlan(self._steps, prefills, decodes, finished)
+        features = PlanFeatures(
+            num_prefills=len(prefills),
+            prefill_tokens=sum(s.prompt_len for s in prefills),
+            prefill_tokens_sq=sum(s.prompt_len * s.prompt_len for s in prefills),
+            decode_batch=len(decodes),
+            context_tokens=context,
+        )
+        return StepPlan(self._steps, prefills, decodes, finished, features)
 
     def commit(self, plan: StepPlan, tokens: list[int],
                ends: dict[str, FinishReason] | None = None) -> list[Event]:
@@ -108,13 +118,16 @@ class Scheduler:
         seqs = plan.prefills + plan.decodes
         if len(tokens) != len(seqs):
             raise InvariantBroken(f"step {plan.index}: {len(tokens)} tokens for {len(seqs)} sequences")
+        finished = SeqState.FINISHED
         for seq, token in zip(seqs, tokens):
-            if seq.state is SeqState.FINISHED:
+            if seq.state is finished:
                 raise InvariantBroken(f"step {plan.index}: sequence {seq.id!r} finished before commit")
-            seq.output.append(token)
-            n = len(seq.output)
-            events.append(TokenEvent(seq.id, n - 1, token))
-            reason = ends.get(seq.id) if ends else None
+            out = seq.output
+            out.append(token)
+            seq.num_tokens += 1
+            n = len(out)
+            events.append(TokenEvent(seq.request.id, n - 1, token))
+            reason = ends.get(seq.request.id) if ends else None
             if reason is None and n >= seq.request.max_new_tokens:
                 reason = FinishReason.LENGTH
             if reason is not None:

@@ -2,7 +2,7 @@
 that predict what it costs."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .events import FinishEvent
 from .request import Sequence
@@ -31,18 +31,8 @@ class StepPlan:
     index: int
     prefills: list[Sequence]
     decodes: list[Sequence]
-    finished: list[FinishEvent] = field(default_factory=list)
-    features: PlanFeatures = None  # type: ignore[assignment]
-
-    def __post_init__(self):
-        prefill_tokens = sum(s.prompt_len for s in self.prefills)
-        self.features = PlanFeatures(
-            num_prefills=len(self.prefills),
-            prefill_tokens=prefill_tokens,
-            prefill_tokens_sq=sum(s.prompt_len * s.prompt_len for s in self.prefills),
-            decode_batch=len(self.decodes),
-            context_tokens=sum(s.num_tokens for s in self.decodes),
-        )
+    finished: list[FinishEvent]
+    features: PlanFeatures
 
     @property
     def sequences(self) -> list[Sequence]:

@@ -43,7 +43,12 @@ class Sequence:
     reserved: int = 0
     block_table: list[int] = field(default_factory=list)
     output: list[int] = field(default_factory=list)
+    num_tokens: int = 0
+    """Prompt and output tokens so far; kept as a field because every step reads it."""
     finish_reason: FinishReason | None = None
+
+    def __post_init__(self):
+        self.num_tokens = self.request.prompt_len + len(self.output)
 
     @property
     def id(self) -> str:
@@ -52,10 +57,6 @@ class Sequence:
     @property
     def prompt_len(self) -> int:
         return self.request.prompt_len
-
-    @property
-    def num_tokens(self) -> int:
-        return self.request.prompt_len + len(self.output)
 
     @property
     def admitted(self) -> bool:

@@ -1,0 +1,38 @@
+"""Small drivers for the scheduler core in tests: step until done, with tokens
+that say which sequence and step made them."""
+from __future__ import annotations
+
+from scheduler import FinishEvent, Request, Scheduler, SchedulerConfig, TokenEvent
+
+
+def make_core(num_blocks=64, block_size=4, max_batch=8, max_waiting=100, **kw) -> Scheduler:
+    return Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=block_size,
+                                     max_batch=max_batch, max_waiting=max_waiting, **kw))
+
+
+def req(i, prompt=5, new=3) -> Request:
+    return Request(f"r{i}", prompt, new)
+
+
+def step(core: Scheduler, ends=None):
+    """One step whose token for each sequence is its output length so far."""
+    plan = core.plan()
+    tokens = [len(s.output) for s in plan.sequences]
+    return plan, core.commit(plan, tokens, ends)
+
+
+def drain(core: Scheduler, limit=10_000):
+    events = []
+    for _ in range(limit):
+        if not core.has_work():
+            return events
+        events += step(core)[1]
+    raise AssertionError("core did not drain")
+
+
+def finishes(events):
+    return {e.seq_id: e.reason for e in events if isinstance(e, FinishEvent)}
+
+
+def tokens_of(events, seq_id):
+    return [e.token_id for e in events if isinstance(e, TokenEvent) and e.seq_id == seq_id]

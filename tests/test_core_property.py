@@ -1,0 +1,71 @@
+"""Random interleavings of wishes and steps: the pool stays consistent and whole."""
+from hypothesis import given, settings, strategies as st
+
+from scheduler import FinishEvent, FinishReason, QueueFull, Request, RequestTooLarge, SeqState
+
+from core_helpers import make_core
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.integers(1, 20), st.integers(1, 12)),
+        st.tuples(st.sampled_from(["cancel", "pause", "resume"]), st.integers(0, 30)),
+        st.tuples(st.just("step"), st.sets(st.integers(0, 30), max_size=3)),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=ops, num_blocks=st.integers(4, 24), block_size=st.integers(1, 8),
+       max_batch=st.integers(1, 6))
+def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, max_batch):
+    core = make_core(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch,
+                     max_waiting=10)
+    released = []
+    original = core.pool.release
+    core.pool.release = lambda seq_id: (released.append(seq_id), original(seq_id))[1]
+    accepted, admitted_order, finished = [], [], {}
+    n = 0
+
+    def do_step(stop_at):
+        plan = core.plan()
+        admitted_order.extend(s.id for s in plan.prefills)
+        for s in plan.sequences:
+            assert s.state is SeqState.RUNNING
+            assert len(s.block_table) * block_size >= s.num_tokens
+            assert len(s.block_table) <= s.reserved
+        ends = {s.id: FinishReason.STOP for s in plan.sequences if int(s.id[1:]) in stop_at}
+        for e in core.commit(plan, [7] * len(plan.sequences), ends):
+            if isinstance(e, FinishEvent):
+                assert e.seq_id not in finished
+                finished[e.seq_id] = e.reason
+        summary = core.summary()
+        assert summary.blocks_free + summary.blocks_reserved == num_blocks
+        assert len(core.running) <= max_batch
+        assert core.pool.used_blocks <= core.pool.reserved_blocks
+
+    for op in ops:
+        if op[0] == "submit":
+            try:
+                core.submit(Request(f"r{n}", op[1], op[2]))
+                accepted.append(f"r{n}")
+            except (QueueFull, RequestTooLarge):
+                pass
+            n += 1
+        elif op[0] == "step":
+            do_step(op[1])
+        else:
+            getattr(core, op[0])(f"r{op[1]}")
+    for rid in accepted:
+        core.resume(rid)  # nothing may stay paused forever
+    for _ in range(10_000):
+        if not core.has_work():
+            break
+        do_step(set())
+    assert core.is_drained()
+    assert set(finished) == set(accepted)
+    assert len(released) == len(set(released)) == len(admitted_order)
+    # admission in arrival order, except past requests paused while waiting
+    paused_ever = {f"r{op[1]}" for op in ops if op[0] == "pause"}
+    plain = [r for r in admitted_order if r not in paused_ever]
+    assert plain == sorted(plain, key=lambda r: int(r[1:]))
