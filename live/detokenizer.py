@@ -1,0 +1,83 @@
+"""Incremental detokenization: text deltas that never split a UTF-8 character,
+and stop strings matched on the text across token boundaries."""
+from __future__ import annotations
+
+REPLACEMENT = "\ufffd"
+
+
+class TextStream:
+    """Turns one sequence's token ids into text deltas.
+
+    Byte-level tokenizers can cut a character across tokens; decoding such a prefix
+    yields U+FFFD, so text is held back until the bytes complete. Text that could be
+    the start of a stop string is held back too, so a stop string never reaches the
+    client."""
+
+    def __init__(self, tokenizer, prompt_ids: tuple[int, ...] = (), stop: tuple[str, ...] = ()):
+        self._tokenizer = tokenizer
+        # decode with a little prompt context so leading spaces come out right
+        self._ids: list[int] = list(prompt_ids[-4:])
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+        self._stop = tuple(s for s in stop if s)
+        self._pending = ""  # decoded but not yet emitted (possible stop prefix)
+        self.text = ""      # everything emitted so far
+        self.stopped = False
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text that may now be emitted."""
+        if self.stopped:
+            return ""
+        self._ids.append(token_id)
+        decode = self._tokenizer.decode
+        prefix = decode(self._ids[self._prefix_offset:self._read_offset], skip_special_tokens=True)
+        full = decode(self._ids[self._prefix_offset:], skip_special_tokens=True)
+        if full.endswith(REPLACEMENT) or len(full) <= len(prefix):
+            return ""  # an unfinished character: wait for its remaining bytes
+        self._pending += full[len(prefix):]
+        self._prefix_offset = self._read_offset
+        self._read_offset = len(self._ids)
+        return self._release()
+
+    def flush(self) -> str:
+        """At the end of the sequence: whatever was held back, stop prefixes included."""
+        if self.stopped:
+            return ""
+        tail = self._tokenizer.decode(self._ids[self._prefix_offset:], skip_special_tokens=True)
+        prefix = self._tokenizer.decode(self._ids[self._prefix_offset:self._read_offset],
+                                        skip_special_tokens=True)
+        out = self._pending + tail[len(prefix):]
+        self._pending = ""
+        self.text += out
+        return out
+
+    def _release(self) -> str:
+        # Emitted text never ends with the start of a stop string (that is held in
+        # _pending), so a stop string can only begin inside _pending.
+        out = self._pending
+        cut = _first_stop(out, self._stop)
+        if cut is not None:
+            out = out[:cut]
+            self.stopped = True
+            self._pending = ""
+        else:
+            hold = _stop_prefix_len(out, self._stop)
+            out, self._pending = out[:len(out) - hold], out[len(out) - hold:]
+        self.text += out
+        return out
+
+
+def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def _stop_prefix_len(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest suffix of `text` that begins some stop string."""
+    best = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), best, -1):
+            if s.startswith(text[-n:]):
+                best = n
+                break
+    return best

@@ -1,0 +1,56 @@
+"""The thread that owns the engine and does nothing but steps. It sleeps on the
+inbox when there is no work (no spinning) and hands each step's events to a
+callback in one batch."""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from .engine import Engine, EngineEvent
+
+log = logging.getLogger("twinstep.step_loop")
+
+
+class StepLoop:
+    def __init__(self, engine: Engine, deliver: Callable[[list[EngineEvent]], None],
+                 before_step: Callable[[], None] | None = None):
+        """`before_step` may block: the `naive` backlog policy uses it to make the
+        loop wait for its readers."""
+        self.engine = engine
+        self._deliver = deliver
+        self._before_step = before_step
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="twinstep-step-loop", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        self._stopping.set()
+        self.engine.core.inbox.wake()
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        engine = self.engine
+        inbox = engine.core.inbox
+        while not self._stopping.is_set():
+            if not engine.has_work():
+                inbox.wait(timeout=1.0)
+                continue
+            if self._before_step is not None:
+                self._before_step()
+            events = engine.step()
+            if not events:
+                # nothing could run (all paused, or waiting on a held slot): only a
+                # wish can change that
+                inbox.wait(timeout=1.0)
+                continue
+            try:
+                self._deliver(events)
+            except Exception:
+                log.exception("delivering step events failed")
