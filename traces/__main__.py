@@ -1,0 +1,133 @@
+"""The command line: `python -m traces generate|convert|stats ...`.
+
+    python -m traces generate --rate 2 --count 40 --prompt-len uniform:8:400 \\
+        --output-len uniform:8:64 --seed 1 -o calibration.jsonl
+    python -m traces convert AzureLLMInferenceTrace_conv.csv --limit 200 -o azure.jsonl
+    python -m traces stats calibration.jsonl
+
+A mistake in the arguments or the input file is reported in one line, with a
+non-zero exit status, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .client_mix import ClientMix
+from .generate import generate
+from .jsonl import write_trace
+from .lengths import SPECS, parse_lengths
+from .load import FORMATS, load_trace
+from .record import LeaveHow
+from .shaping import shape
+from .stats import format_stats, trace_stats
+
+# (option, type, help) of the loader options convert and stats pass to load_trace.
+_LOAD_OPTIONS = [
+    ("--format", str, f"the input's format, when not detected: {', '.join(FORMATS)}"),
+    ("--time-scale", float, "multiply inter-arrival times (0.5 = twice as fast)"),
+    ("--start-s", float, "keep arrivals from this second of the trace (and start there)"),
+    ("--end-s", float, "keep arrivals before this second of the trace"),
+    ("--sample", float, "keep this fraction of the requests, chosen at random"),
+    ("--seed", int, "seed for --sample and for --rate arrivals (default 0)"),
+    ("--limit", int, "keep the first N requests"),
+    ("--max-prompt-tokens", int, "clamp prompt lengths to this"),
+    ("--max-new-tokens", int, "clamp output lengths to this"),
+    ("--model", str, "BurstGPT: keep only this model (e.g. ChatGPT, GPT-4)"),
+    ("--log-type", str, "BurstGPT: keep only this log type (e.g. 'Conversation log')"),
+    ("--rate", float, "length-only Vidur files: Poisson arrivals at this rate (default: all at 0)"),
+]
+
+
+def _add_load_options(p: argparse.ArgumentParser) -> None:
+    for flag, kind, help_text in _LOAD_OPTIONS:
+        p.add_argument(flag, type=kind, help=help_text)
+
+
+def _load_options(args: argparse.Namespace) -> dict:
+    names = [flag[2:].replace("-", "_") for flag, _, _ in _LOAD_OPTIONS]
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m traces", description="Make, convert and "
+                                     "summarise request traces (native JSONL, one request a line).")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="a synthetic trace")
+    gen.add_argument("--rate", type=float, required=True, help="mean arrivals per second")
+    size = gen.add_mutually_exclusive_group(required=True)
+    size.add_argument("--count", type=int, help="number of requests")
+    size.add_argument("--duration-s", type=float, help="all arrivals in this many seconds")
+    gen.add_argument("--arrivals", choices=["poisson", "gamma"], default="poisson")
+    gen.add_argument("--cv", type=float, help="gamma: coefficient of variation of the gaps (>1 bursty)")
+    gen.add_argument("--prompt-len", default="fixed:64", metavar="SPEC", help=SPECS)
+    gen.add_argument("--output-len", default="fixed:64", metavar="SPEC", help=SPECS)
+    gen.add_argument("--slow", type=float, default=0.0, help="fraction of slow readers")
+    gen.add_argument("--slow-pause-s", type=float, help="slow readers wait this long after each event")
+    gen.add_argument("--slow-bytes-per-s", type=float, help="slow readers read at this byte rate")
+    gen.add_argument("--leave", type=float, default=0.0, help="fraction of clients that leave early")
+    gen.add_argument("--leave-after-tokens", type=int, help="leavers leave after this many tokens")
+    gen.add_argument("--leave-after-s", type=float, help="leavers leave after this many seconds")
+    gen.add_argument("--leave-how", choices=[h.value for h in LeaveHow], help="fin (default) or rst")
+    gen.add_argument("--max-prompt-tokens", type=int, help="clamp prompt lengths to this")
+    gen.add_argument("--max-new-tokens", type=int, help="clamp output lengths to this")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("-o", "--output", required=True, help="the JSONL file to write")
+
+    convert = commands.add_parser("convert", help="a public trace (or a native one) to native JSONL")
+    convert.add_argument("input")
+    convert.add_argument("-o", "--output", required=True, help="the JSONL file to write")
+    _add_load_options(convert)
+
+    stats = commands.add_parser("stats", help="a summary table of a trace in any format")
+    stats.add_argument("input")
+    _add_load_options(stats)
+    return parser
+
+
+def _generate(args: argparse.Namespace) -> None:
+    if args.arrivals == "gamma" and args.cv is None:
+        raise ValueError("--arrivals gamma needs --cv")
+    if args.arrivals == "poisson" and args.cv is not None:
+        raise ValueError("--cv applies only to --arrivals gamma (Poisson gaps have cv 1)")
+    clients = ClientMix(
+        slow=args.slow, slow_pause_s=args.slow_pause_s, slow_bytes_per_s=args.slow_bytes_per_s,
+        leave=args.leave, leave_after_tokens=args.leave_after_tokens, leave_after_s=args.leave_after_s,
+        leave_how=LeaveHow(args.leave_how or "fin"))
+    requests = generate(rate=args.rate, count=args.count, duration_s=args.duration_s, cv=args.cv or 1.0,
+                        prompt_lengths=parse_lengths(args.prompt_len, "prompt"),
+                        output_lengths=parse_lengths(args.output_len, "output"),
+                        clients=clients, seed=args.seed)
+    requests = shape(requests, max_prompt_tokens=args.max_prompt_tokens,
+                     max_new_tokens=args.max_new_tokens)
+    write_trace(args.output, requests)
+    print(f"wrote {len(requests)} requests to {args.output}")
+
+
+def _convert(args: argparse.Namespace) -> None:
+    requests = load_trace(args.input, **_load_options(args))
+    write_trace(args.output, requests)
+    print(f"wrote {len(requests)} requests to {args.output}")
+
+
+def _stats(args: argparse.Namespace) -> None:
+    print(format_stats(trace_stats(load_trace(args.input, **_load_options(args)))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        {"generate": _generate, "convert": _convert, "stats": _stats}[args.command](args)
+    except OSError as e:
+        problem = f"{e.strerror}: {e.filename}" if e.filename else str(e)
+        print(f"python -m traces {args.command}: error: {problem}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # TraceError is one: a bad file or option, said in one line
+        print(f"python -m traces {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
