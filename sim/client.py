@@ -1,0 +1,122 @@
+"""A simulated client: it sends its request (paying the per-request overhead), then
+reads its stream at its own pace and may leave after N tokens or T seconds.
+
+An instant reader takes each event the moment it arrives, so the hub hands events
+to it directly; only slower readers need a reading process. Once it has left, its
+events go to its connection like anyone's, and stay there unread."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import simpy
+
+from scheduler import (FinishReason, InvalidRequest, QueueFull, RequestTooLarge, SubmitRefused,
+                       TokenEvent)
+from traces.outcome import RequestOutcome
+from traces.record import ReadMode, TraceRequest
+
+from .overheads import Overheads
+from .transport import Stream
+
+if TYPE_CHECKING:
+    from .hub import Hub
+
+REFUSALS = {QueueFull: "queue_full", RequestTooLarge: "request_too_large",
+            InvalidRequest: "invalid_request"}
+
+
+class SimClient:
+    """Fills its `RequestOutcome` as the live client would: token times are when
+    this client read each event. `finish_s` is when it read the stream's last event,
+    or when it left."""
+
+    def __init__(self, env: simpy.Environment, request: TraceRequest, hub: Hub,
+                 overheads: Overheads):
+        behaviour = request.client
+        if behaviour.read is ReadMode.BYTE_RATE and not behaviour.bytes_per_s > 0:
+            raise ValueError(f"request {request.id!r}: a byte-rate reader needs bytes_per_s > 0")
+        if behaviour.pause_s < 0:
+            raise ValueError(f"request {request.id!r}: pause_s must be >= 0")
+        self.env = env
+        self.request = request
+        self.behaviour = behaviour
+        self.hub = hub
+        self.request_s = overheads.request_s
+        self.instant = behaviour.read is ReadMode.INSTANT
+        self.outcome = RequestOutcome(request.id, request.arrival_s, request.prompt_tokens,
+                                      request.max_new_tokens)
+        self.stream: Stream | None = None
+        """Set by the hub when the request is accepted."""
+        self.done = False
+        """Reads nothing more: refused, left, or read the last event."""
+        self._readable: simpy.Event | None = None
+
+    def run(self):
+        env, behaviour = self.env, self.behaviour
+        if behaviour.leave_after_s is not None:
+            env.timeout(behaviour.leave_after_s).callbacks.append(lambda _: self.leave())
+        if self.request_s:
+            yield env.timeout(self.request_s)
+        if self.done:
+            return  # left before the request was sent
+        try:
+            self.hub.open(self)
+        except SubmitRefused as refusal:
+            self.outcome.refused = REFUSALS.get(type(refusal), type(refusal).__name__)
+            self.outcome.finish_s = env.now
+            self.done = True
+            return
+        if behaviour.leave_after_tokens == 0:
+            self.leave()
+        elif not self.instant:
+            yield from self._read()
+
+    def notify(self) -> None:
+        """The hub has put events in the connection (of a reader with a process)."""
+        if self._readable is not None and not self.done:
+            readable, self._readable = self._readable, None
+            readable.succeed()
+
+    def leave(self) -> None:
+        """Close the connection (FIN or RST: the sim treats both alike). What is in
+        the connection stays unread; the server learns of it after a delay."""
+        if self.done:
+            return
+        o = self.outcome
+        o.left_s = o.finish_s = self.env.now
+        self.done = True
+        if self.stream is None:
+            o.finish_reason = FinishReason.CANCELLED.value  # never reached the engine
+        else:
+            self.hub.client_left(self)
+
+    def _read(self):
+        env, stream, behaviour = self.env, self.stream, self.behaviour
+        per_event = behaviour.read is ReadMode.PER_EVENT
+        while not self.done:
+            if not stream.buffer:
+                self._readable = env.event()
+                yield self._readable
+                continue
+            if not per_event:
+                yield env.timeout(stream.head_bytes() / behaviour.bytes_per_s)
+                if self.done:
+                    return
+            self.read(stream.take(env.now), env.now)
+            self.hub.after_take(self)
+            if per_event and not self.done:
+                yield env.timeout(behaviour.pause_s)
+
+    def read(self, event, now: float) -> None:
+        """Take one event off the connection."""
+        o = self.outcome
+        if type(event) is TokenEvent:
+            if not o.tokens_read:
+                o.first_token_client_s = now
+            o.token_times_s.append(now)
+            o.tokens_read += 1
+            if o.tokens_read == self.behaviour.leave_after_tokens:
+                self.leave()
+        else:  # the stream's final event
+            o.finish_s = now
+            self.done = True

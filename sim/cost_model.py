@@ -1,0 +1,49 @@
+"""Step-cost models: the seconds one step plan takes to execute."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+from scheduler import PlanFeatures
+
+FEATURES = ("fixed", "num_prefills", "prefill_tokens", "prefill_tokens_sq",
+            "decode_batch", "context_tokens")
+"""The terms of `LinearCost`, in the order of its coefficients; `fixed` is 1 per step."""
+
+
+class CostModel(Protocol):
+    def cost(self, features: PlanFeatures) -> float:
+        """Seconds to execute a (non-empty) step with these features."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantCost:
+    """Every step takes the same time: for tests and hand-checked replays."""
+
+    seconds: float
+
+    def cost(self, features: PlanFeatures) -> float:
+        return self.seconds
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCost:
+    """Seconds per unit of each plan feature, plus a fixed cost per step.
+    `prefill_tokens_sq` carries attention's quadratic cost in the prompt length."""
+
+    fixed: float = 0.0
+    num_prefills: float = 0.0
+    prefill_tokens: float = 0.0
+    prefill_tokens_sq: float = 0.0
+    decode_batch: float = 0.0
+    context_tokens: float = 0.0
+
+    def cost(self, f: PlanFeatures) -> float:
+        return (self.fixed + self.num_prefills * f.num_prefills
+                + self.prefill_tokens * f.prefill_tokens
+                + self.prefill_tokens_sq * f.prefill_tokens_sq
+                + self.decode_batch * f.decode_batch
+                + self.context_tokens * f.context_tokens)
+
+    def coefficients(self) -> dict[str, float]:
+        return asdict(self)

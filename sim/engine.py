@@ -1,0 +1,69 @@
+"""The engine loop on the virtual clock: plan a step, wait what the cost model
+says it takes, commit it with dummy token ids and hand its events to the hub. With
+nothing to step it sleeps until a wish (submit, cancel, pause, resume) wakes it."""
+from __future__ import annotations
+
+import simpy
+
+from scheduler import Scheduler, SeqState
+
+from .cost_model import CostModel
+from .hub import Hub
+from .timeseries import TimeSeries
+
+
+class SimEngine:
+    def __init__(self, env: simpy.Environment, core: Scheduler, cost: CostModel,
+                 series: TimeSeries):
+        self.env = env
+        self.core = core
+        self.cost = cost
+        self.series = series
+        self._wakeup: simpy.Event | None = None
+
+    def wake(self) -> None:
+        if self._wakeup is not None:
+            wakeup, self._wakeup = self._wakeup, None
+            wakeup.succeed()
+
+    def run(self, hub: Hub):
+        env, core, cost = self.env, self.core, self.cost
+        # A naive server awaits each write: the next step starts only once this
+        # step's events are delivered and every stream's queue is empty.
+        wait_delivery = hub.overheads.delivery_s if hub.engine_waits else 0.0
+        while True:
+            while hub.engine_waits and hub.backlogged:
+                yield hub.until_drained()
+            if not core.has_work():
+                yield self._sleep()
+                continue
+            plan = core.plan()
+            if plan.prefills:
+                hub.admitted(plan, env.now)
+            if plan.is_empty:
+                self._record(0)
+                if plan.finished:  # cancels applied with nothing to compute
+                    hub.committed(plan.finished, env.now)
+                else:  # everything is paused
+                    yield self._sleep()
+                continue
+            n = len(plan.prefills) + len(plan.decodes)
+            yield env.timeout(cost.cost(plan.features))
+            events = core.commit(plan, [0] * n)
+            self._record(n)
+            hub.committed(events, env.now)
+            if wait_delivery:
+                yield env.timeout(wait_delivery)
+
+    def _sleep(self) -> simpy.Event:
+        self._wakeup = self.env.event()
+        return self._wakeup
+
+    def _record(self, tokens: int) -> None:
+        """What `core.summary()` says, counted over the running sequences only: the
+        hub pauses only streams that have had events, so no waiting one is paused."""
+        core = self.core
+        running = core.running
+        paused = sum(1 for s in running if s.state is SeqState.PAUSED)
+        self.series.record(self.env.now, len(running) - paused, len(core.waiting), paused,
+                           core.pool.reserved_blocks, tokens)

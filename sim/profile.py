@@ -1,0 +1,90 @@
+"""Cost profiles: a fitted `LinearCost` with the machine, model and engine settings
+it was measured on, as a small JSON file. Shipped profiles live in
+`sim/profiles/`."""
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .cost_model import FEATURES, LinearCost
+from .fit import fit, load_step_log
+
+SHIPPED_DIR = Path(__file__).parent / "profiles"
+CPU_SMOLLM2 = "cpu-smollm2-135m-fp32"
+
+
+@dataclass(frozen=True)
+class Profile:
+    hardware: str
+    model: str
+    dtype: str
+    coefficients: dict[str, float]
+    fit: dict
+    """The `FitReport` of the coefficients: errors on held-out steps."""
+    steps: int
+    date: str
+    device: str | None = None
+    block_size: int | None = None
+    max_batch: int | None = None
+    num_blocks: int | None = None
+    features: list[str] = field(default_factory=lambda: list(FEATURES))
+
+    def cost_model(self) -> LinearCost:
+        return LinearCost(**self.coefficients)
+
+
+def build_profile(step_log: str | Path, hardware: str, model: str, dtype: str, *,
+                  device: str | None = None, block_size: int | None = None,
+                  max_batch: int | None = None, num_blocks: int | None = None,
+                  holdout_fraction: float = 0.2, seed: int = 0) -> Profile:
+    """Fit a step log. The device and engine settings default to those the log's
+    lines carry, if they carry them."""
+    steps = load_step_log(step_log)
+    cost, report = fit(steps, holdout_fraction, seed)
+    logged = lambda key: next((s[key] for s in steps if s.get(key) is not None), None)  # noqa: E731
+    return Profile(
+        hardware=hardware, model=model, dtype=dtype, coefficients=cost.coefficients(),
+        fit=report.as_dict(), steps=len(steps),
+        date=datetime.date.today().isoformat(),
+        device=device or logged("device"),
+        block_size=block_size or logged("block_size"),
+        max_batch=max_batch or logged("max_batch"),
+        num_blocks=num_blocks or logged("num_blocks"))
+
+
+def save_profile(profile: Profile, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(asdict(profile), indent=2) + "\n")
+
+
+def load_profile(path_or_name: str | Path) -> Profile:
+    """A profile from a path, or by name from the shipped ones."""
+    path = Path(path_or_name)
+    if not path.exists():
+        path = SHIPPED_DIR / f"{path_or_name}.json"
+        if not path.exists():
+            shipped = sorted(p.stem for p in SHIPPED_DIR.glob("*.json"))
+            raise FileNotFoundError(
+                f"no profile {str(path_or_name)!r}; shipped: {', '.join(shipped) or 'none'} "
+                "(fit one from a live step log with `python -m sim fit`, or use a constant cost)")
+    data = json.loads(path.read_text())
+    unknown = set(data["features"]) - set(FEATURES)
+    if unknown or set(data["coefficients"]) != set(data["features"]):
+        raise ValueError(f"profile {path}: features {data['features']} do not match {list(FEATURES)}")
+    return Profile(**data)
+
+
+def regenerate_cpu_smollm2_profile(step_log: str | Path, *, block_size: int | None = None,
+                                   max_batch: int | None = None,
+                                   num_blocks: int | None = None) -> Path:
+    """Rewrite the shipped CPU profile of the embedded SmolLM2-135M (fp32) from a
+    live step log of that model on the CPU; the engine settings it ran with come
+    from the arguments or the log."""
+    profile = build_profile(step_log, hardware="cpu", model="SmolLM2-135M-Instruct",
+                            dtype="fp32", device="cpu", block_size=block_size,
+                            max_batch=max_batch, num_blocks=num_blocks)
+    path = SHIPPED_DIR / f"{CPU_SMOLLM2}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)  # git keeps no empty folder
+    save_profile(profile, path)
+    return path

@@ -1,0 +1,76 @@
+"""Replay a trace against the simulated server and collect what happened."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import simpy
+
+from scheduler import Scheduler
+from traces.outcome import RequestOutcome
+from traces.record import TraceRequest
+
+from .client import SimClient
+from .engine import SimEngine
+from .hub import Hub
+from .metrics import Summary, summarize
+from .settings import ReplaySetup
+from .timeseries import TimeSeries
+
+
+@dataclass
+class Replay:
+    outcomes: list[RequestOutcome]
+    """In trace order."""
+    series: TimeSeries
+    summary: Summary
+    steps: int
+    """Plans the core made (steps and empty plans)."""
+    events_discarded: int
+    """Events made for streams the server had already closed."""
+    wall_s: float
+
+
+class ReplayNotDrained(RuntimeError):
+    """The replay ended with requests or blocks still held: a leak, or a stream
+    that could never end."""
+
+
+Probe = Callable[[simpy.Environment, Scheduler], Iterable]
+"""A SimPy process body run beside the replay, e.g. to look at the core at given
+times; it must end."""
+
+
+def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = None) -> Replay:
+    started = time.perf_counter()
+    ids = [r.id for r in trace]
+    if len(set(ids)) != len(ids):
+        raise ValueError("request ids in a trace must be unique")
+    env = simpy.Environment()
+    core = Scheduler(setup.config)
+    series = TimeSeries()
+    engine = SimEngine(env, core, setup.cost, series)
+    hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake)
+    clients = [SimClient(env, r, hub, setup.overheads) for r in trace]
+    env.process(_arrivals(env, sorted(clients, key=lambda c: c.request.arrival_s)))
+    env.process(engine.run(hub))
+    if probe is not None:
+        env.process(probe(env, core))
+    env.run()
+    if not core.is_drained():
+        raise ReplayNotDrained(f"the core is not drained after the replay: {core.summary()}")
+    stuck = [c.request.id for c in clients if not c.done]
+    if stuck:
+        raise ReplayNotDrained(f"{len(stuck)} clients never saw their stream end, e.g. {stuck[:5]}")
+    outcomes = [c.outcome for c in clients]
+    return Replay(outcomes, series, summarize(outcomes, series), core.summary().step,
+                  hub.events_discarded, time.perf_counter() - started)
+
+
+def _arrivals(env: simpy.Environment, clients: list[SimClient]):
+    for client in clients:
+        delay = client.request.arrival_s - env.now
+        if delay > 0:
+            yield env.timeout(delay)
+        env.process(client.run())

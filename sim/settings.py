@@ -1,0 +1,45 @@
+"""What a replay varies besides the trace, and how to build it from flat named
+settings (the command line's options and a sweep's parameters)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from scheduler import BACKLOG_POLICIES, BacklogPolicy, SchedulerConfig, Unbounded, make_policy
+
+from .cost_model import CostModel
+from .overheads import Overheads
+from .wire import WIRE_FORMATS, WireFormat, wire_format
+
+
+@dataclass(frozen=True)
+class ReplaySetup:
+    config: SchedulerConfig
+    cost: CostModel
+    policy: BacklogPolicy = field(default_factory=Unbounded)
+    overheads: Overheads = field(default_factory=Overheads)
+    wire: WireFormat = WIRE_FORMATS["twinstep"]
+
+
+CONFIG_SETTINGS = tuple(f.name for f in fields(SchedulerConfig))
+OVERHEAD_SETTINGS = tuple(f.name for f in fields(Overheads))
+POLICY_SETTINGS = tuple(sorted({f for cls in BACKLOG_POLICIES.values()
+                                for f in getattr(cls, "__dataclass_fields__", {})}))
+SETTINGS = ("policy", "wire") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
+
+
+def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twinstep",
+                **settings) -> ReplaySetup:
+    """`settings` are SchedulerConfig fields, Overheads fields and backlog policy
+    parameters, by name; a parameter the chosen policy does not take is ignored, so
+    one set of settings serves a sweep over policies."""
+    unknown = set(settings) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
+    pick = lambda names: {k: v for k, v in settings.items() if k in names and v is not None}  # noqa: E731
+    return ReplaySetup(
+        config=SchedulerConfig(**pick(CONFIG_SETTINGS)),
+        cost=cost,
+        policy=make_policy(policy, **pick(POLICY_SETTINGS)),
+        overheads=Overheads(**pick(OVERHEAD_SETTINGS)),
+        wire=wire_format(wire),
+    )

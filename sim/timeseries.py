@@ -1,0 +1,34 @@
+"""The engine's state over time, one row per step (and per empty plan that changed
+something): what the core holds and how many tokens the step made."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COLUMNS = ("time_s", "running", "waiting", "paused", "blocks_reserved", "tokens")
+
+
+@dataclass
+class TimeSeries:
+    time_s: list[float] = field(default_factory=list)
+    """When the step ended."""
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    paused: list[int] = field(default_factory=list)
+    blocks_reserved: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    """Tokens the step made."""
+
+    def record(self, time_s: float, running: int, waiting: int, paused: int,
+               blocks_reserved: int, tokens: int) -> None:
+        self.time_s.append(time_s)
+        self.running.append(running)
+        self.waiting.append(waiting)
+        self.paused.append(paused)
+        self.blocks_reserved.append(blocks_reserved)
+        self.tokens.append(tokens)
+
+    def peak(self, column: str) -> int:
+        return max(getattr(self, column), default=0)
+
+    def rows(self) -> list[dict]:
+        return [dict(zip(COLUMNS, row)) for row in zip(*(getattr(self, c) for c in COLUMNS))]

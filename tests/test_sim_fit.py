@@ -1,0 +1,100 @@
+"""Fitting a LinearCost from a step log, and cost profiles on disk."""
+import json
+
+import numpy as np
+import pytest
+
+import sim.profile
+from scheduler import PlanFeatures
+from sim import (FEATURES, LinearCost, build_profile, fit, load_profile, load_step_log,
+                 regenerate_cpu_smollm2_profile, save_profile)
+
+TRUE = LinearCost(fixed=3e-3, num_prefills=4e-4, prefill_tokens=2e-5, prefill_tokens_sq=5e-9,
+                  decode_batch=1.5e-4, context_tokens=4e-8)
+
+
+def synthetic_log(n=600, noise=1e-4, seed=1):
+    """Steps as a live engine logs them: a few prefills now and then, a decode batch."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    start = 0.0
+    for i in range(n):
+        prompts = rng.integers(16, 2048, rng.integers(0, 4) if rng.random() < 0.4 else 0)
+        batch = int(rng.integers(0 if len(prompts) else 1, 64))
+        f = PlanFeatures(len(prompts), int(prompts.sum()), int((prompts ** 2).sum()), batch,
+                         int(rng.integers(batch * 20, batch * 2000 + 1)))
+        duration = TRUE.cost(f) * (1 + noise * rng.standard_normal())
+        steps.append({"step": i + 1, "start_s": start, "duration_s": duration, **f.as_dict(),
+                      "device": "cuda:0"})
+        start += duration
+    return steps
+
+
+def test_fit_recovers_known_coefficients_within_one_percent():
+    cost, report = fit(synthetic_log(), holdout_fraction=0.2, seed=0)
+    fitted, true = cost.coefficients(), TRUE.coefficients()
+    for name in FEATURES:
+        assert fitted[name] == pytest.approx(true[name], rel=0.01), name
+    assert (report.train_steps, report.holdout_steps) == (480, 120)
+    assert report.mape < 1e-3 and report.p90_rel_error < 2e-3 and report.r2 > 0.9999
+
+
+def test_fit_reports_the_error_on_held_out_steps():
+    # A model that cannot fit: durations alternate between two values for the same features.
+    steps = synthetic_log(n=200, noise=0.0)
+    for i, s in enumerate(steps):
+        s["duration_s"] *= 1.5 if i % 2 else 0.5
+    _, report = fit(steps, holdout_fraction=0.25, seed=3)
+    assert report.holdout_steps == 50
+    assert 0.3 < report.mape < 0.7 and report.p90_rel_error > 0.4
+
+
+def test_fit_coefficients_are_never_negative_and_unused_features_get_zero():
+    steps = [{"num_prefills": 0, "prefill_tokens": 0, "prefill_tokens_sq": 0, "decode_batch": b,
+              "context_tokens": 100 * b, "duration_s": 0.01 - 1e-5 * b} for b in range(1, 41)]
+    cost, _ = fit(steps)
+    assert all(v >= 0 for v in cost.coefficients().values())
+    assert cost.num_prefills == cost.prefill_tokens == cost.prefill_tokens_sq == 0
+
+
+def test_fit_refuses_too_few_steps_and_bad_durations():
+    with pytest.raises(ValueError, match="too few"):
+        fit(synthetic_log(n=6))
+    steps = synthetic_log(n=50)
+    steps[3]["duration_s"] = 0.0
+    with pytest.raises(ValueError, match="positive"):
+        fit(steps)
+
+
+def write_log(path, steps, **meta):
+    path.write_text("".join(json.dumps({**s, **meta}) + "\n" for s in steps))
+    return path
+
+
+def test_profile_round_trip(tmp_path):
+    log = write_log(tmp_path / "steps.jsonl", synthetic_log(n=300), block_size=16, num_blocks=900)
+    assert load_step_log(log)[0]["block_size"] == 16
+    profile = build_profile(log, "h200", "SmolLM2-135M-Instruct", "bf16", max_batch=64)
+    assert (profile.device, profile.block_size, profile.max_batch, profile.num_blocks) == \
+        ("cuda:0", 16, 64, 900)
+    assert profile.steps == 300 and profile.fit["holdout_steps"] == 60
+    save_profile(profile, tmp_path / "p.json")
+    loaded = load_profile(tmp_path / "p.json")
+    assert loaded == profile
+    f = PlanFeatures(2, 600, 200_000, 30, 40_000)
+    assert loaded.cost_model().cost(f) == pytest.approx(TRUE.cost(f), rel=0.01)
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["features"] == list(FEATURES) and set(data["coefficients"]) == set(FEATURES)
+    assert {"hardware", "model", "dtype", "device", "block_size", "max_batch", "num_blocks",
+            "fit", "steps", "date"} <= data.keys()
+
+
+def test_profiles_load_by_shipped_name_and_unknown_ones_say_what_exists(tmp_path, monkeypatch):
+    monkeypatch.setattr(sim.profile, "SHIPPED_DIR", tmp_path / "profiles")
+    log = write_log(tmp_path / "steps.jsonl", synthetic_log(n=100))
+    path = regenerate_cpu_smollm2_profile(log, block_size=16, max_batch=8, num_blocks=512)
+    assert path == tmp_path / "profiles" / "cpu-smollm2-135m-fp32.json"
+    profile = load_profile("cpu-smollm2-135m-fp32")
+    assert (profile.hardware, profile.dtype, profile.device, profile.max_batch) == ("cpu", "fp32", "cpu", 8)
+    with pytest.raises(FileNotFoundError, match="cpu-smollm2-135m-fp32"):
+        load_profile("gpu-nothing")
