@@ -1,0 +1,626 @@
+"""The load-generating client: replays a trace against a live server, each request
+sent at its arrival time and read the way its client reads, and records what
+happened to it in the schema the simulator writes (`RequestOutcome`).
+
+Each request is one HTTP/1.1 connection on a plain non-blocking socket, written
+and parsed here rather than through an HTTP library, for two reasons. A slow
+client must really stop reading: asyncio's StreamReader (and every library built
+on it) reads ahead up to 256 KiB at a time, which would hide from the server that
+its reader has stalled; here the socket is read only when the client wants bytes,
+so the TCP window fills and the server feels backpressure. And leaving must be
+exactly what the trace says: FIN by shutdown and close, RST by SO_LINGER 0.
+
+Times in the records are seconds from the replay's start. The server's own times
+(`done.timing`, unix seconds on the same host) are converted with the wall clock
+read at that start.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import socket
+import struct
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+from traces.outcome import RequestOutcome
+from traces.record import LeaveHow, ReadMode, TraceRequest
+
+from .sse_parser import Comment, SSEEvent, SSEParser
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 16 * 1024
+"""Most bytes one read takes from a socket."""
+BYTE_RATE_READS_PER_S = 50
+"""A byte-rate reader takes its allowance in this many small reads a second, so
+its socket drains smoothly rather than in bursts."""
+LAG_WARN_S = 0.020
+"""A request sent later than this after its scheduled arrival is reported."""
+MAX_HEAD_BYTES = 64 * 1024
+TAIL_TIMEOUT_S = 1.0
+"""How long a finished stream's last bytes are waited for before closing anyway."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFiller:
+    """Token ids for a prompt the trace knows only by its length: ids cycling over
+    [low, high), starting at a place fixed by the request id, so a replay sends the
+    same prompts every time and prompts differ from each other (no shared prefix
+    for a prefix cache to exploit). The ids must be in the served model's vocab."""
+
+    low: int = 1000
+    high: int = 2000
+
+    def __call__(self, request: TraceRequest) -> list[int]:
+        span = self.high - self.low
+        start = zlib.crc32(request.id.encode()) % span
+        return [self.low + (start + i) % span for i in range(request.prompt_tokens)]
+
+
+@dataclass(slots=True)
+class LiveReplay:
+    outcomes: list[RequestOutcome]
+    """In the order of the requests given."""
+    started_unix: float
+    """Wall-clock time of the replay's start: time 0 of every record."""
+    duration_s: float
+    """From the start until the last request ended."""
+    stats_before: dict | None
+    stats_after: dict | None
+    """The server's /stats before the first request and after the last, once the
+    server had no running or waiting request left (None if it could not be read)."""
+    wasted_tokens_total: int | None
+    """Tokens the server made after their client had left, over the replay."""
+    max_lag_s: float
+    """The latest any request was sent after its scheduled arrival."""
+    problems: dict[str, str] = field(default_factory=dict)
+    """Request id to what went wrong: a connection that failed (the record says
+    refused), an `error` event, a broken stream or an idle timeout (the record's
+    finish_reason is "error")."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    family: int
+    address: tuple
+    host_header: str
+    stream_path: str
+
+
+class _Ending(enum.Enum):
+    FINISHED = "finished"
+    """The stream's last event was read."""
+    LEAVE = "leave"
+    """The client's token budget is reached: it leaves."""
+    REFUSED = "refused"
+    BROKEN = "broken"
+    """The connection or the protocol failed."""
+
+
+class _IdleTimeout(Exception):
+    pass
+
+
+_PROTOCOL_FAILURES = (OSError, ValueError, KeyError, TypeError, AttributeError, _IdleTimeout)
+"""What a broken connection or a malformed response raises while a request is read."""
+
+
+class _Connection:
+    """One client's TCP connection, read only on demand, at most `bytes_per_s`
+    when that is set (counting every byte: headers, chunk framing, events)."""
+
+    def __init__(self, sock: socket.socket, bytes_per_s: float | None, idle_timeout_s: float):
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+        self._idle_timeout_s = idle_timeout_s
+        self._bytes_per_s = bytes_per_s
+        self._chunk = (max(1, min(READ_CHUNK, int(bytes_per_s / BYTE_RATE_READS_PER_S)))
+                       if bytes_per_s else READ_CHUNK)
+        self._opened = self._loop.time()
+        self._bytes_read = 0
+
+    @classmethod
+    async def open(cls, target: _Target, *, bytes_per_s: float | None, idle_timeout_s: float,
+                   recv_buffer_bytes: int | None) -> _Connection:
+        sock = socket.socket(target.family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if recv_buffer_bytes:
+                # Before connecting: the window scale is agreed in the handshake.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer_bytes)
+            await asyncio.get_running_loop().sock_connect(sock, target.address)
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, bytes_per_s, idle_timeout_s)
+
+    async def send(self, data: bytes) -> None:
+        await self._loop.sock_sendall(self._sock, data)
+
+    async def recv(self) -> bytes:
+        """The next bytes, b"" at the end of the stream."""
+        if self._bytes_per_s:
+            # Paced against the connection's whole life, so the average rate holds
+            # however late each sleep wakes.
+            delay = self._opened + self._bytes_read / self._bytes_per_s - self._loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        try:
+            async with asyncio.timeout(self._idle_timeout_s):
+                data = await self._loop.sock_recv(self._sock, self._chunk)
+        except TimeoutError:
+            raise _IdleTimeout(f"nothing received for {self._idle_timeout_s} s") from None
+        self._bytes_read += len(data)
+        return data
+
+    def close(self, how: LeaveHow = LeaveHow.FIN) -> None:
+        if how is LeaveHow.RST:
+            # Linger on, for 0 s: close discards what is unsent and resets the peer.
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        else:
+            # FIN first, whatever is still unread. (Closing with unread bytes then
+            # also sends an RST after the FIN, as any HTTP client closing early does;
+            # the server has seen the end of the stream first.)
+            try:
+                self._sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        self._sock.close()
+
+
+class _ChunkedBody:
+    """Decodes `Transfer-Encoding: chunked` as bytes arrive."""
+
+    _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+
+    def __init__(self):
+        self._pending = bytearray()
+        self._state = self._SIZE
+        self._remaining = 0
+
+    @property
+    def complete(self) -> bool:
+        return self._state == self._DONE
+
+    def feed(self, data: bytes) -> bytes:
+        self._pending += data
+        out = bytearray()
+        while self._state != self._DONE:
+            if self._state == self._DATA:
+                take = min(self._remaining, len(self._pending))
+                if not take:
+                    break
+                out += self._pending[:take]
+                del self._pending[:take]
+                self._remaining -= take
+                if not self._remaining:
+                    self._state = self._DATA_END
+                continue
+            end = self._pending.find(b"\r\n")
+            if end < 0:
+                break
+            line = bytes(self._pending[:end])
+            del self._pending[:end + 2]
+            if self._state == self._SIZE:
+                try:
+                    self._remaining = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise ConnectionError(f"bad chunk size line {line[:40]!r}") from None
+                self._state = self._DATA if self._remaining else self._TRAILER
+            elif self._state == self._DATA_END:
+                if line:
+                    raise ConnectionError("chunk data longer than its size")
+                self._state = self._SIZE
+            elif not line:  # the blank line that ends the trailers
+                self._state = self._DONE
+        return bytes(out)
+
+
+class _Response:
+    """An HTTP/1.1 response read from a connection: the head, then the body's
+    bytes as they arrive, framed by chunked encoding, Content-Length, or the end
+    of the connection."""
+
+    def __init__(self, connection: _Connection):
+        self._connection = connection
+        self._pending = b""
+        self._chunked: _ChunkedBody | None = None
+        self._left: int | None = None
+        self._body_ended = False
+        self.status = 0
+        self.headers: dict[str, str] = {}
+
+    async def read_head(self) -> None:
+        buffer = b""
+        while (end := buffer.find(b"\r\n\r\n")) < 0:
+            if len(buffer) > MAX_HEAD_BYTES:
+                raise ConnectionError("response head too large")
+            data = await self._connection.recv()
+            if not data:
+                raise ConnectionError("connection closed before the response head")
+            buffer += data
+        lines = buffer[:end].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise ConnectionError(f"bad status line {lines[0][:80]!r}")
+        self.status = int(parts[1])
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            value = value.strip()
+            self.headers[name] = f"{self.headers[name]}, {value}" if name in self.headers else value
+        self._pending = buffer[end + 4:]
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self._chunked = _ChunkedBody()
+        elif "content-length" in self.headers:
+            self._left = int(self.headers["content-length"])
+            self._body_ended = self._left == 0
+
+    async def read_body(self) -> bytes:
+        """The body's next bytes; b"" once it has ended (or was cut short)."""
+        while not self._body_ended:
+            data, self._pending = self._pending or await self._connection.recv(), b""
+            if not data:
+                self._body_ended = True
+            elif self._chunked is not None:
+                data = self._chunked.feed(data)
+                self._body_ended = self._chunked.complete
+            elif self._left is not None:
+                data = data[:self._left]
+                self._left -= len(data)
+                self._body_ended = self._left == 0
+            if data:
+                return data
+        return b""
+
+    async def read_all(self) -> bytes:
+        pieces = []
+        while piece := await self.read_body():
+            pieces.append(piece)
+        return b"".join(pieces)
+
+
+def _refusal(status: int, body: bytes) -> str:
+    """"<status> <message>", the message taken from the JSON error envelope."""
+    message = body.decode("utf-8", "replace").strip()
+    try:
+        parsed = json.loads(message)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error", parsed)
+        if isinstance(error, dict):
+            error = error.get("message") or error.get("detail") or error
+        message = error if isinstance(error, str) else json.dumps(error)
+    return f"{status} {message[:300]}"
+
+
+def request_body(request: TraceRequest, prompt_filler: Callable[[TraceRequest], list[int]]) -> dict:
+    """The `POST /v1/stream` body for one trace request."""
+    body: dict = {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature,
+                  "top_p": request.top_p, "top_k": request.top_k,
+                  "ignore_eos": request.ignore_eos}
+    if request.seed is not None:
+        body["seed"] = request.seed
+    if request.prompt is not None:
+        body["prompt"] = request.prompt
+    else:
+        body["prompt_tokens"] = prompt_filler(request)
+    return body
+
+
+class _ReplayedRequest:
+    """One request of the replay, from connecting to closing, filling its outcome."""
+
+    def __init__(self, request: TraceRequest, replay: _Replay):
+        self.request = request
+        self.replay = replay
+        self.outcome = RequestOutcome(request.id, 0.0, request.prompt_tokens,
+                                      request.max_new_tokens)
+        self.problem: str | None = None
+
+    async def run(self) -> None:
+        replay, client, o = self.replay, self.request.client, self.outcome
+        async with replay.connection_slots:
+            try:
+                connection = await _Connection.open(
+                    replay.target, idle_timeout_s=replay.timeout_s,
+                    recv_buffer_bytes=replay.recv_buffer_bytes,
+                    bytes_per_s=client.bytes_per_s if client.read is ReadMode.BYTE_RATE else None)
+            except OSError as exc:
+                o.arrival_s = replay.now()
+                o.refused = self.problem = f"connection failed: {exc}"
+                return
+            o.arrival_s = replay.now()
+            leave_at = (None if client.leave_after_s is None
+                        else replay.loop_start + o.arrival_s + client.leave_after_s)
+            response = _Response(connection)
+            ending = _Ending.LEAVE
+            time_up = asyncio.timeout_at(leave_at)
+            try:
+                async with time_up:
+                    ending = await self._exchange(connection, response)
+            except TimeoutError as exc:
+                if not time_up.expired():  # a socket's own timeout, not the client's
+                    ending = self._broken(exc)
+            except _PROTOCOL_FAILURES as exc:
+                ending = self._broken(exc)
+            if ending is _Ending.LEAVE:
+                o.left_s = replay.now()
+                connection.close(client.leave_how)
+            else:
+                if ending is _Ending.FINISHED:
+                    await self._read_to_end(response)
+                connection.close()
+            if o.finish_reason in (None, "error"):
+                o.tokens_generated = o.tokens_read
+
+    def _broken(self, exc: BaseException) -> _Ending:
+        self.problem = f"{type(exc).__name__}: {exc}"
+        self.outcome.finish_reason, self.outcome.finish_s = "error", self.replay.now()
+        return _Ending.BROKEN
+
+    async def _exchange(self, connection: _Connection, response: _Response) -> _Ending:
+        body = json.dumps(request_body(self.request, self.replay.prompt_filler)).encode()
+        head = (f"POST {self.replay.target.stream_path} HTTP/1.1\r\n"
+                f"Host: {self.replay.target.host_header}\r\n"
+                "User-Agent: twinstep-loadgen\r\n"
+                "Accept: text/event-stream\r\n"
+                "Content-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n")
+        await connection.send(head.encode("latin-1") + body)
+        await response.read_head()
+        if response.status != 200:
+            self.outcome.refused = _refusal(response.status, await response.read_all())
+            return _Ending.REFUSED
+        if self.request.client.leave_after_tokens == 0:
+            return _Ending.LEAVE
+        parser = SSEParser()
+        while data := await response.read_body():
+            for item in parser.feed(data):
+                if isinstance(item, Comment):
+                    continue  # a keep-alive
+                ending = self._take(item)
+                if ending is not None:
+                    return ending
+                if item.event == "token" and self.request.client.read is ReadMode.PER_EVENT:
+                    # The pause the simulator makes after each token it takes.
+                    await asyncio.sleep(self.request.client.pause_s)
+        if self.outcome.finish_reason == "error":
+            return _Ending.FINISHED  # an error event, and no done after it
+        raise ConnectionError("the stream ended without a done event")
+
+    def _take(self, event: SSEEvent) -> _Ending | None:
+        o, now = self.outcome, self.replay.now()
+        data = json.loads(event.data)
+        if event.event == "start":
+            o.prompt_tokens = data["prompt_tokens"]
+        elif event.event == "token":
+            if not o.tokens_read:
+                o.first_token_client_s = now
+            o.token_times_s.append(now)
+            o.tokens_read += 1
+            if o.tokens_read == self.request.client.leave_after_tokens:
+                return _Ending.LEAVE
+        elif event.event == "done":
+            o.finish_reason = data["finish_reason"]
+            o.tokens_generated = data["usage"]["completion_tokens"]
+            timing = data["timing"]
+            o.admitted_s = self.replay.from_unix(timing.get("admitted"))
+            o.first_token_engine_s = self.replay.from_unix(timing.get("first_token"))
+            o.finish_s = self.replay.from_unix(timing.get("finished"))
+            return _Ending.FINISHED
+        elif event.event == "error":
+            # The server follows it with a done "error", whose usage and timing
+            # replace these; a stream that ends here has finished all the same.
+            o.finish_reason, o.finish_s = "error", now
+            self.problem = f"error event: {data.get('error', data)}"
+        return None
+
+    @staticmethod
+    async def _read_to_end(response: _Response) -> None:
+        """Take the rest of the body (its last chunk), so that closing sends a clean
+        FIN rather than a reset over unread bytes. The stream is over: a failure
+        here changes nothing in the record."""
+        try:
+            async with asyncio.timeout(TAIL_TIMEOUT_S):
+                await response.read_all()
+        except (OSError, _IdleTimeout):  # TimeoutError is an OSError
+            pass
+
+
+class _Replay:
+    """Settings and clocks shared by the requests of one replay."""
+
+    def __init__(self, target: _Target, *, time_scale: float, max_connections: int | None,
+                 prompt_filler: Callable[[TraceRequest], list[int]], timeout_s: float,
+                 recv_buffer_bytes: int | None):
+        self.target = target
+        self.time_scale = time_scale
+        self.connection_slots = (asyncio.Semaphore(max_connections) if max_connections
+                                 else contextlib.nullcontext())
+        self.prompt_filler = prompt_filler
+        self.timeout_s = timeout_s
+        self.recv_buffer_bytes = recv_buffer_bytes
+        self.loop = asyncio.get_running_loop()
+        self.loop_start = self.loop.time()
+        self.wall_start = time.time()
+
+    def now(self) -> float:
+        return self.loop.time() - self.loop_start
+
+    def from_unix(self, t: float | None) -> float | None:
+        return None if t is None else t - self.wall_start
+
+    async def send_all(self, requests: list[TraceRequest]) -> list[_ReplayedRequest]:
+        """Starts each request at its arrival (scaled) and waits for all to end. A
+        request never waits for another: each runs in its own task."""
+        replayed = [_ReplayedRequest(r, self) for r in requests]
+        tasks = []
+        for item in sorted(replayed, key=lambda x: x.request.arrival_s):
+            delay = item.request.arrival_s * self.time_scale - self.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(item.run()))
+        await asyncio.gather(*tasks)
+        return replayed
+
+
+def _target(base_url: str) -> tuple[str, int, str]:
+    url = urlsplit(base_url)
+    if url.scheme != "http" or not url.hostname:
+        raise ValueError(f"the load generator speaks plain http://host:port, not {base_url!r}")
+    return url.hostname, url.port or 80, url.path.rstrip("/")
+
+
+async def _resolve(base_url: str) -> _Target:
+    host, port, prefix = _target(base_url)
+    family, _, _, _, address = (await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM))[0]
+    return _Target(family, address, f"{host}:{port}", f"{prefix}/v1/stream")
+
+
+async def _stats(client: httpx.AsyncClient) -> dict | None:
+    try:
+        response = await client.get("/stats")
+        response.raise_for_status()
+        return response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        log.warning("could not read /stats: %s", exc)
+        return None
+
+
+async def _settled_stats(client: httpx.AsyncClient, settle_s: float) -> dict | None:
+    """/stats once the server has nothing running or waiting (the last leavers'
+    cancels take effect a step after they left, and their tokens count), or after
+    `settle_s` at most."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        stats = await _stats(client)
+        busy = stats is not None and (stats.get("running") or stats.get("waiting"))
+        if not busy or time.monotonic() >= deadline:
+            return stats
+        await asyncio.sleep(0.05)
+
+
+async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scale: float = 1.0,
+                       max_connections: int | None = None,
+                       prompt_filler: Callable[[TraceRequest], list[int]] = PromptFiller(),
+                       timeout_s: float = 60.0, recv_buffer_bytes: int | None = None,
+                       settle_s: float = 5.0) -> LiveReplay:
+    """Replays `requests` against the server at `base_url` (`POST /v1/stream`).
+
+    time_scale: arrival times are multiplied by it (0.5 replays twice as fast);
+      the clients' own pauses and leave times are not scaled.
+    max_connections: at most this many requests open at once; a request that waits
+      for a slot is sent late, and its arrival_s says when it was sent.
+    prompt_filler: the token ids sent for a request the trace gives only as a
+      token count.
+    timeout_s: a request that receives nothing for this long is given up as an error.
+    recv_buffer_bytes: SO_RCVBUF of every client socket (None: the OS default,
+      which grows to megabytes); small values make a slow reader's backlog reach
+      the server sooner.
+    """
+    if not time_scale > 0:
+        raise ValueError(f"time_scale must be positive, got {time_scale}")
+    target = await _resolve(base_url)
+    # trust_env off: a proxy set in the environment must not come between the
+    # replay and the server it measures.
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False) as http:
+        stats_before = await _stats(http)
+        replay = _Replay(target, time_scale=time_scale, max_connections=max_connections,
+                         prompt_filler=prompt_filler, timeout_s=timeout_s,
+                         recv_buffer_bytes=recv_buffer_bytes)
+        replayed = await replay.send_all(requests)
+        duration_s = replay.now()
+        stats_after = await _settled_stats(http, settle_s)
+    lags = [r.outcome.arrival_s - r.request.arrival_s * time_scale for r in replayed]
+    late = [lag for lag in lags if lag > LAG_WARN_S]
+    if late:
+        log.warning("%d of %d requests were sent more than %.0f ms after their arrival "
+                    "(at worst %.0f ms)", len(late), len(lags), LAG_WARN_S * 1e3, max(late) * 1e3)
+    problems = {r.request.id: r.problem for r in replayed if r.problem}
+    for rid, problem in problems.items():
+        log.warning("request %s: %s", rid, problem)
+    wasted = None
+    if stats_before is not None and stats_after is not None and "tokens_after_leave" in stats_after:
+        wasted = stats_after["tokens_after_leave"] - stats_before.get("tokens_after_leave", 0)
+    return LiveReplay(
+        outcomes=[r.outcome for r in replayed], started_unix=replay.wall_start,
+        duration_s=duration_s, stats_before=stats_before, stats_after=stats_after,
+        wasted_tokens_total=wasted, max_lag_s=max(lags, default=0.0), problems=problems)
+
+
+def replay(base_url: str, requests: list[TraceRequest], **options) -> LiveReplay:
+    """`replay_async` on its own event loop; the options are the same."""
+    return asyncio.run(replay_async(base_url, requests, **options))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def summarize(result: LiveReplay) -> str:
+    outcomes = result.outcomes
+    refused = [o for o in outcomes if o.refused is not None]
+    left = [o for o in outcomes if o.left_s is not None]
+    reasons = Counter(o.finish_reason for o in outcomes
+                      if o.refused is None and o.left_s is None)
+    ttfts = [o.ttft_client_s for o in outcomes if o.ttft_client_s is not None]
+    generated = sum(o.tokens_generated for o in outcomes)
+    lines = [
+        f"requests {len(outcomes)}, refused {len(refused)}, left {len(left)}",
+        "finished: " + (", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
+                        or "none"),
+    ]
+    if ttfts:
+        lines.append(f"TTFT (client) p50 {_percentile(ttfts, 50) * 1e3:.1f} ms, "
+                     f"p99 {_percentile(ttfts, 99) * 1e3:.1f} ms")
+    if result.duration_s > 0:
+        lines.append(f"throughput {generated / result.duration_s:.1f} tokens/s "
+                     f"({generated} generated in {result.duration_s:.2f} s)")
+    wasted = "unknown (no /stats)" if result.wasted_tokens_total is None else result.wasted_tokens_total
+    lines.append(f"wasted tokens (made after their client left) {wasted}")
+    if result.problems:
+        lines.append(f"problems {len(result.problems)} (see the log)")
+    return "\n".join(lines)
+
+
+def add_parser(subparsers) -> None:
+    """Registers `replay` on the `python -m live` command line."""
+    p = subparsers.add_parser("replay", help="replay a trace against a live server")
+    p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--trace", required=True, help="a trace file, in any format traces reads")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="multiply arrival times by this (0.5: twice as fast)")
+    p.add_argument("--max-connections", type=int, default=None)
+    p.add_argument("--timeout-s", type=float, default=60.0,
+                   help="give a request up after this long without a byte")
+    p.add_argument("--out", help="write the per-request records here (JSONL)")
+    p.set_defaults(func=run_replay_command)
+
+
+def run_replay_command(args) -> int:
+    from traces import load_trace
+    from traces.outcome import write_outcomes
+
+    requests = load_trace(args.trace)
+    result = replay(args.url, requests, time_scale=args.time_scale,
+                    max_connections=args.max_connections, timeout_s=args.timeout_s)
+    if args.out:
+        write_outcomes(args.out, result.outcomes)
+    print(summarize(result))
+    return 0
