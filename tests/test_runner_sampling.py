@@ -1,0 +1,78 @@
+"""Sampling: a seeded request gives the same tokens alone and in a batch; top-k and
+top-p narrow the draw; unseeded sampling follows the runner's global seed."""
+import torch
+
+from live.params import GenerationInput, SamplingParams
+from live.sampler import Sampler
+from scheduler import Request, Sequence
+from tiny_models import drive, make, prompt, request, tiny_llama
+
+SEEDED = dict(temperature=0.9, top_k=40, top_p=0.95, seed=1234)
+
+
+def run(arrivals):
+    core, runner = make(tiny_llama(), block_size=4, max_batch=4)
+    outputs = drive(core, runner, arrivals)
+    assert core.is_drained()
+    assert runner.sampler.generators_held == 0  # every finished sequence was forgotten
+    return outputs
+
+
+def test_seeded_request_same_alone_and_in_a_batch_of_4():
+    target = request("t", prompt(7, 1), 12, **SEEDED)
+    alone = run({0: [target]})["t"]
+    crowded = run({
+        0: [request("x", prompt(11, 2), 9, temperature=1.0),
+            request("y", prompt(3, 3), 14, temperature=0.7, seed=99)],
+        1: [target],
+        2: [request("z", prompt(5, 4), 6)],
+    })
+    assert crowded["t"] == alone
+    assert len(set(alone)) > 1
+
+
+def test_a_different_seed_gives_different_tokens():
+    a = run({0: [request("t", prompt(7, 1), 12, **SEEDED)]})["t"]
+    b = run({0: [request("t", prompt(7, 1), 12, **{**SEEDED, "seed": 4321})]})["t"]
+    assert a != b
+
+
+def test_unseeded_sampling_follows_the_global_seed():
+    arrivals = {0: [request("u", prompt(5, 1), 10, temperature=1.0)]}
+    assert run(arrivals)["u"] == run(arrivals)["u"]
+
+
+def seq(seq_id, **sampling):
+    return Sequence(Request(seq_id, 1, 1, GenerationInput((0,), SamplingParams(**sampling))), 0)
+
+
+def test_top_k_1_and_tiny_top_p_are_greedy():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    seqs = [seq("k", temperature=2.0, top_k=1, seed=1), seq("p", temperature=2.0, top_p=1e-6, seed=2),
+            seq("g")]
+    for _ in range(5):
+        assert Sampler().sample(logits, seqs) == logits.argmax(-1).tolist()
+
+
+def test_top_k_draws_only_from_the_k_most_likely():
+    logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(0))
+    allowed = set(logits[0].topk(5).indices.tolist())
+    sampler = Sampler()
+    drawn = {sampler.sample(logits, [seq("s", temperature=5.0, top_k=5)])[0] for _ in range(200)}
+    assert drawn <= allowed and len(drawn) > 1
+
+
+def test_top_p_keeps_the_smallest_prefix_reaching_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    sampler = Sampler()
+    drawn = {sampler.sample(logits, [seq("s", temperature=1.0, top_p=0.8)])[0] for _ in range(300)}
+    assert drawn == {0, 1}
+
+
+def test_forget_restarts_a_seeded_generator():
+    logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(0))
+    sampler = Sampler()
+    s = seq("s", temperature=1.0, seed=7)
+    first = [sampler.sample(logits, [s])[0] for _ in range(8)]
+    sampler.forget("s")
+    assert [sampler.sample(logits, [s])[0] for _ in range(8)] == first
