@@ -91,7 +91,8 @@ class Engine:
         out = self._convert(self.core.commit(plan, tokens, ends), deltas)
         if self.step_log is not None:
             self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
-                                 plan.features)
+                                 plan.features, admitted=self.core.num_admitted,
+                                 waiting=self.core.num_waiting)
         return out
 
     def _read(self, plan: StepPlan, tokens: list[int]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import IO
 
 from scheduler import PlanFeatures
@@ -18,9 +19,13 @@ class StepLog:
         self._lock = threading.Lock()
         self._file: IO[str] | None = open(path, "w", buffering=1 << 16)
 
-    def record(self, step: int, start_s: float, duration_s: float, features: PlanFeatures) -> None:
+    def record(self, step: int, start_s: float, duration_s: float, features: PlanFeatures,
+               **counts: int) -> None:
+        """`start_s` is on the engine's own clock; `start_unix` lines it up with
+        clients on the same host. `counts` are the core's queue sizes after the step."""
         line = {"step": step, "start_s": round(start_s, 6), "duration_s": round(duration_s, 7),
-                **features.as_dict(), "device": self._device, **self._meta}
+                "start_unix": round(time.time() - duration_s, 6), **features.as_dict(), **counts,
+                "device": self._device, **self._meta}
         with self._lock:
             if self._file is not None:
                 self._file.write(json.dumps(line) + "\n")

@@ -162,6 +162,15 @@ class Scheduler:
         return self._running.get(seq_id) or self._waiting.get(seq_id)
 
     @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_admitted(self) -> int:
+        """Sequences holding a slot and blocks, paused ones included."""
+        return len(self._running)
+
+    @property
     def waiting(self) -> list[Sequence]:
         return list(self._waiting.values())
 
