@@ -23,24 +23,36 @@ class PromptSpans:
 
 @dataclass(frozen=True)
 class PagedContext:
-    """Where each decoding sequence's context lives: the block ids of all sequences
-    concatenated (`block_ids[offsets[i]:offsets[i + 1]]` is sequence i's table),
-    and how many tokens each context holds."""
+    """Where the decoding sequences' contexts live, at block granularity: the block
+    ids of all sequences concatenated (ragged, nothing padded), which sequence owns
+    each, its place in a `[sequences, widest]` grid of blocks, and a mask of the
+    slots past each context's end."""
 
     block_ids: torch.Tensor
-    offsets: list[int]
-    context_lens: list[int]
-    block_size: int
+    owner: torch.Tensor
+    grid_index: torch.Tensor
+    mask: torch.Tensor
+    num_seqs: int
+    widest: int
 
     @classmethod
     def build(cls, block_tables: list[list[int]], context_lens: list[int], block_size: int,
               device: torch.device | str) -> PagedContext:
-        tables = [table[:-(-n // block_size)] for table, n in zip(block_tables, context_lens)]
-        offsets = [0]
-        for table in tables:
-            offsets.append(offsets[-1] + len(table))
-        ids = torch.tensor([b for table in tables for b in table], dtype=torch.long, device=device)
-        return cls(ids, offsets, list(context_lens), block_size)
+        counts = [-(-n // block_size) for n in context_lens]
+        widest = max(counts)
+        ids, owner, grid, first_pos = [], [], [], []
+        for i, (table, count) in enumerate(zip(block_tables, counts)):
+            ids.extend(table[:count])
+            owner.extend([i] * count)
+            grid.extend(range(i * widest, i * widest + count))
+            first_pos.extend(range(0, count * block_size, block_size))
+        owner_t = torch.tensor(owner, dtype=torch.long, device=device)
+        slot_pos = (torch.tensor(first_pos, device=device)[:, None]
+                    + torch.arange(block_size, device=device))
+        lens = torch.tensor(context_lens, device=device).index_select(0, owner_t)
+        mask = torch.where(slot_pos < lens[:, None], 0.0, float("-inf"))
+        return cls(torch.tensor(ids, dtype=torch.long, device=device), owner_t,
+                   torch.tensor(grid, dtype=torch.long, device=device), mask, len(counts), widest)
 
 
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -58,19 +70,27 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     """One query per sequence (q row i is sequence i) over its whole context, read
     from `k_cache`/`v_cache` (`[num_blocks, block_size, kv_heads, head_dim]`).
 
-    On CPU, gathering one sequence's blocks and attending at once measured fastest:
-    a segment softmax over a ragged concatenation of all contexts (scatter and
-    index_add are slow), one big gather (it falls out of cache), an online softmax
-    over chunks of blocks of all sequences (small batched matmuls) and nested-tensor
-    SDPA were all 1.5 to 10 times slower."""
-    heads, dim = k_cache.shape[2], k_cache.shape[3]
-    out = torch.empty_like(q)
-    for i, length in enumerate(context.context_lens):
-        blocks = context.block_ids[context.offsets[i]:context.offsets[i + 1]]
-        k = k_cache.index_select(0, blocks).view(-1, heads, dim)[:length]
-        v = v_cache.index_select(0, blocks).view(-1, heads, dim)[:length]
-        out[i] = _sdpa(q[i:i + 1], k, v, scale, causal=False)[0]
-    return out
+    Scores are computed block by block for all sequences in one batched matmul over
+    the ragged list of their blocks; only the scores (a few numbers per slot) are
+    laid out on a `[sequences, widest]` grid for the softmax. A handful of large
+    ops rather than one small attention per sequence: on a CPU shared with the
+    server's other threads, many small ops each pay a thread-pool handoff."""
+    seqs, heads, dim = q.shape
+    kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
+    group = heads // kv_heads
+    k = k_cache.index_select(0, context.block_ids).permute(0, 2, 3, 1)  # [blocks, kv, dim, slot]
+    v = v_cache.index_select(0, context.block_ids).transpose(1, 2)       # [blocks, kv, slot, dim]
+    qb = q.index_select(0, context.owner).view(-1, kv_heads, group, dim)
+    scores = torch.matmul(qb, k).mul_(scale).add_(context.mask[:, None, None, :])
+    grid = scores.new_full((seqs * context.widest, kv_heads, group, block_size), float("-inf"))
+    grid[context.grid_index] = scores
+    grid = grid.view(seqs, context.widest, kv_heads, group, block_size).permute(0, 2, 3, 1, 4)
+    probs = torch.softmax(grid.reshape(seqs, kv_heads, group, -1), dim=-1)
+    probs = (probs.view(seqs, kv_heads, group, context.widest, block_size).permute(0, 3, 1, 2, 4)
+             .reshape(seqs * context.widest, kv_heads, group, block_size)[context.grid_index])
+    out = q.new_zeros(seqs, kv_heads, group, dim)
+    out.index_add_(0, context.owner, torch.matmul(probs, v))
+    return out.view(seqs, heads, dim)
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
