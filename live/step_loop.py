@@ -14,12 +14,15 @@ log = logging.getLogger("twinstep.step_loop")
 
 class StepLoop:
     def __init__(self, engine: Engine, deliver: Callable[[list[EngineEvent]], None],
-                 before_step: Callable[[], None] | None = None):
+                 before_step: Callable[[], None] | None = None,
+                 after_step: Callable[[], None] | None = None):
         """`before_step` may block: the `naive` backlog policy uses it to make the
-        loop wait for its readers."""
+        loop wait for its readers. `after_step` runs after every step, also one that
+        made no event (a pause taking effect), e.g. to refresh a state snapshot."""
         self.engine = engine
         self._deliver = deliver
         self._before_step = before_step
+        self._after_step = after_step
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="twinstep-step-loop", daemon=True)
 
@@ -45,6 +48,8 @@ class StepLoop:
             if self._before_step is not None:
                 self._before_step()
             events = engine.step()
+            if self._after_step is not None:
+                self._after_step()
             if not events:
                 # nothing could run (all paused, or waiting on a held slot): only a
                 # wish can change that

@@ -23,6 +23,7 @@ class Inbox:
         self._wishes: list[tuple] = []
         self._pending_submits = 0
         self._waiting = 0
+        self._woken = False
 
     def submit(self, request: Request) -> None:
         with self._cond:
@@ -63,11 +64,15 @@ class Inbox:
             return len(self._wishes)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until some wish is recorded (or timeout); True if there is one."""
+        """Block until some wish is recorded, `wake` is called, or the timeout;
+        True if there is a wish."""
         with self._cond:
-            return self._cond.wait_for(lambda: bool(self._wishes), timeout)
+            self._cond.wait_for(lambda: bool(self._wishes) or self._woken, timeout)
+            self._woken = False
+            return bool(self._wishes)
 
     def wake(self) -> None:
-        """Wake a thread blocked in `wait` (used when a driver stops)."""
+        """Wake a thread blocked in `wait` now or next (used when a driver stops)."""
         with self._cond:
+            self._woken = True
             self._cond.notify_all()

@@ -1,0 +1,73 @@
+"""Prometheus metrics of one server, in a registry of its own (so that two apps
+in one process, as in tests, never share counts)."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from scheduler import FinishReason, StepSummary
+
+# from a fast local step (1 ms) to a long queue (a minute)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0, 60.0)
+E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class ServerMetrics:
+    def __init__(self):
+        self.registry = r = CollectorRegistry()
+        self.ttft = Histogram("twinstep_time_to_first_token_seconds",
+                              "From arrival to the first token reaching the hub",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.inter_token = Histogram("twinstep_inter_token_seconds",
+                                     "Between consecutive tokens of a stream",
+                                     buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_time = Histogram("twinstep_queue_time_seconds",
+                                    "From arrival to the start of the step that admitted it",
+                                    buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram("twinstep_e2e_request_seconds",
+                             "From arrival to the end of a request that completed",
+                             buckets=E2E_BUCKETS, registry=r)
+        self.running = Gauge("twinstep_requests_running", "Sequences in the batch", registry=r)
+        self.waiting = Gauge("twinstep_requests_waiting", "Requests waiting for a slot", registry=r)
+        self.paused = Gauge("twinstep_requests_paused", "Sequences left out of the batch",
+                            registry=r)
+        self.kv_usage = Gauge("twinstep_kv_cache_usage_ratio",
+                              "Reserved KV blocks over all blocks", registry=r)
+        self.finished_total = Counter("twinstep_requests_finished",
+                                      "Streams ended, by finish reason", ["reason"], registry=r)
+        self.refused_total = Counter("twinstep_requests_refused",
+                                     "Requests refused before the first byte, by status",
+                                     ["status"], registry=r)
+        self.wasted_tokens = Counter("twinstep_wasted_tokens",
+                                     "Tokens generated after their client left", registry=r)
+        for reason in FinishReason:
+            self.finished_total.labels(reason.value)
+
+    def first_token(self, ttft_s: float, queue_s: float) -> None:
+        self.ttft.observe(ttft_s)
+        self.queue_time.observe(queue_s)
+
+    def token_gap(self, seconds: float) -> None:
+        self.inter_token.observe(seconds)
+
+    def finished(self, reason: FinishReason, e2e_s: float | None) -> None:
+        self.finished_total.labels(reason.value).inc()
+        if e2e_s is not None:
+            self.e2e.observe(e2e_s)
+
+    def refused(self, status: int) -> None:
+        self.refused_total.labels(str(status)).inc()
+
+    def wasted_token(self) -> None:
+        self.wasted_tokens.inc()
+
+    def exposition(self, summary: StepSummary, num_blocks: int) -> bytes:
+        """The text format, with the gauges read from the latest step summary."""
+        self.running.set(summary.running)
+        self.waiting.set(summary.waiting)
+        self.paused.set(summary.paused)
+        self.kv_usage.set(summary.blocks_reserved / num_blocks)
+        return generate_latest(self.registry)

@@ -1,0 +1,74 @@
+"""What `python -m live serve` can be told: one dataclass, the command line's
+defaults, read by the server, the hub and the engine builder."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from scheduler import make_policy
+from scheduler.backlog import BacklogPolicy
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model: str | None = None
+    """A Hugging Face directory or a .gguf file; None serves the embedded SmolLM2."""
+    device: str = "cpu"
+    dtype: str = "float32"
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    # the engine
+    max_batch: int = 32
+    num_blocks: int | None = None
+    """KV blocks in the pool; None sizes the pool from `kv_cache_mb`."""
+    kv_cache_mb: int = 512
+    block_size: int = 16
+    max_waiting: int = 256
+    step_log: str | None = None
+
+    # streams
+    policy: str = "pause_then_drop"
+    max_queued: int = 64
+    """Events a reader may fall behind before `pause` leaves its stream out of the batch."""
+    stall_timeout_s: float = 30.0
+    """How long a reader may take nothing while events wait before `drop` ends its stream."""
+    resume_grace_s: float = 0.0
+    """How long a stream whose last reader left stays paused for a resuming GET;
+    0 cancels it at the next step."""
+    keepalive_s: float = 15.0
+    replay_events: int = 256
+    """Events each stream keeps for `Last-Event-ID` resumption beyond those its
+    readers have not yet taken."""
+    ended_streams: int = 1024
+    """Finished streams kept (with their replay buffer) for late GETs."""
+    event_padding: int = 0
+    """Test and benchmark only: a comment of this many bytes after every event, so
+    that a slow reader's socket buffers fill after a few events."""
+
+    # requests
+    max_body_bytes: int = 1 << 20
+    default_max_tokens: int = 256
+    """max_tokens of an OpenAI request that gives none (capped by the context)."""
+    retry_after_s: int = 1
+    shutdown_timeout_s: float = 10.0
+    """How long shutdown waits for open streams to be written and the engine to let go."""
+
+    def __post_init__(self):
+        self.backlog_policy()  # an unknown policy or a bad threshold fails here, not per stream
+        for name in ("max_batch", "block_size", "max_waiting", "replay_events", "ended_streams",
+                     "max_body_bytes", "default_max_tokens", "kv_cache_mb"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.num_blocks is not None and self.num_blocks < 1:
+            raise ValueError("num_blocks must be at least 1")
+        if self.keepalive_s <= 0 or self.stall_timeout_s <= 0:
+            raise ValueError("keepalive_s and stall_timeout_s must be positive")
+        if self.resume_grace_s < 0 or self.event_padding < 0:
+            raise ValueError("resume_grace_s and event_padding must not be negative")
+
+    def backlog_policy(self) -> BacklogPolicy:
+        return make_policy(self.policy, max_queued=self.max_queued,
+                           stall_timeout_s=self.stall_timeout_s)
+
+    def as_dict(self) -> dict:
+        return asdict(self)

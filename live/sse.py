@@ -1,0 +1,112 @@
+"""Server-sent events on the way out: the bytes of one event or comment, and the
+streaming response, a small ASGI app that writes a hub reader's events as they
+come and notices the client leaving by awaiting `http.disconnect` itself."""
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Protocol
+
+from .hub import HubEvent, Reader
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    # nginx and friends buffer responses unless told not to
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def event_bytes(data: str, event: str | None = None, id: str | None = None) -> bytes:
+    """One event; data with line ends becomes several `data:` lines, which a parser
+    joins back with LF."""
+    lines = []
+    if id is not None:
+        if "\n" in id or "\r" in id or "\0" in id:
+            raise ValueError(f"an event id cannot hold a line end or NUL: {id!r}")
+        lines.append(f"id: {id}")
+    if event is not None:
+        if _LINE_END.search(event):
+            raise ValueError(f"an event name cannot hold a line end: {event!r}")
+        lines.append(f"event: {event}")
+    lines.extend(f"data: {line}" for line in _LINE_END.split(data))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def comment_bytes(text: str) -> bytes:
+    """A comment: parsers skip it, proxies and idle timers see traffic."""
+    return ("\n".join(f": {line}" for line in _LINE_END.split(text)) + "\n\n").encode()
+
+
+KEEPALIVE = comment_bytes("keep-alive")
+
+
+class Renderer(Protocol):
+    """A wire format's view of one stream."""
+
+    keepalive: bytes
+
+    def render(self, event: HubEvent) -> bytes:
+        """The bytes for `event`; may be empty (an event the format does not show)."""
+
+
+async def wait_for_disconnect(receive) -> None:
+    """Return when the client has gone. The request body has been read by now, so
+    anything else `receive` gives is ignored."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class EventStreamResponse:
+    """Writes `reader`'s events through `renderer` until the stream's last event,
+    with keep-alives while nothing comes for `keepalive_s`. Whichever ends first —
+    the stream, the client (disconnect), or the hub cutting a stalled reader — the
+    reader is detached once, saying whether its client left."""
+
+    def __init__(self, reader: Reader, renderer: Renderer, keepalive_s: float,
+                 headers: list[tuple[bytes, bytes]] = (), padding: int = 0):
+        self.reader = reader
+        self.renderer = renderer
+        self.keepalive_s = keepalive_s
+        self.headers = SSE_HEADERS + list(headers)
+        self.padding = comment_bytes("p" * padding) if padding else b""
+
+    async def __call__(self, scope, receive, send) -> None:
+        left = True
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+            writer = asyncio.ensure_future(self._write(send))
+            listener = asyncio.ensure_future(wait_for_disconnect(receive))
+            cut = asyncio.ensure_future(self.reader.cut.wait())
+            tasks = (writer, listener, cut)
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if writer.done() and not writer.cancelled() and writer.exception() is None:
+                left = False
+            elif cut.done() and not cut.cancelled():
+                left = False  # the hub ended this reader; its client did not leave
+        finally:
+            self.reader.detach(left=left)
+
+    async def _write(self, send) -> None:
+        reader, render = self.reader, self.renderer.render
+        while True:
+            event = await reader.next(self.keepalive_s)
+            if event is None:
+                await send({"type": "http.response.body", "body": self.renderer.keepalive,
+                            "more_body": True})
+                continue
+            body = render(event)
+            if body:
+                await send({"type": "http.response.body", "body": body + self.padding,
+                            "more_body": True})
+            reader.ack()
+            if event.terminal:
+                break
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
