@@ -1,4 +1,4 @@
-"""`python -m live serve …` (and `replay …` when the load generator is there)."""
+"""`python -m live serve …` and `python -m live replay …`."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ import sys
 
 from scheduler import BACKLOG_POLICIES
 
+from .loadgen import add_parser as add_replay_parser
 from .serve_config import ServeSettings
 
 
@@ -68,12 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m live")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(subparsers)
-    try:
-        from .loadgen import add_parser as add_replay_parser
-    except ImportError:  # the load generator is optional here
-        pass
-    else:
-        add_replay_parser(subparsers)
+    add_replay_parser(subparsers)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -92,7 +92,8 @@ class Engine:
         if self.step_log is not None:
             self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
                                  plan.features, admitted=self.core.num_admitted,
-                                 waiting=self.core.num_waiting)
+                                 waiting=self.core.num_waiting, paused=self.core.num_paused,
+                                 blocks_reserved=self.core.pool.reserved_blocks)
         return out
 
     def _read(self, plan: StepPlan, tokens: list[int]):

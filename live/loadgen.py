@@ -420,7 +420,7 @@ class _ReplayedRequest:
             timing = data["timing"]
             o.admitted_s = self.replay.from_unix(timing.get("admitted"))
             o.first_token_engine_s = self.replay.from_unix(timing.get("first_token"))
-            o.finish_s = self.replay.from_unix(timing.get("finished"))
+            o.finish_s = now  # when this client saw the end, as the simulator records it
             return _Ending.FINISHED
         elif event.event == "error":
             # The server follows it with a done "error", whose usage and timing

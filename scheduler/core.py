@@ -171,6 +171,10 @@ class Scheduler:
         return len(self._running)
 
     @property
+    def num_paused(self) -> int:
+        return sum(1 for s in self._running.values() if s.state is SeqState.PAUSED)
+
+    @property
     def waiting(self) -> list[Sequence]:
         return list(self._waiting.values())
 

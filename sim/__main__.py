@@ -86,6 +86,7 @@ def _inputs(args) -> tuple[list, CostModel, dict]:
         cost = profile.cost_model()
         engine_defaults.update({k: getattr(profile, k) for k in ENGINE_DEFAULTS
                                 if getattr(profile, k) is not None})
+        engine_defaults.update(profile.overheads)  # what its calibration measured
     settings = {name: getattr(args, name) for name in _SETTING_OPTIONS}
     for name, default in engine_defaults.items():
         if settings[name] is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import simpy
 
-from scheduler import Scheduler, SeqState
+from scheduler import Scheduler
 
 from .cost_model import CostModel
 from .hub import Hub
@@ -60,10 +60,7 @@ class SimEngine:
         return self._wakeup
 
     def _record(self, tokens: int) -> None:
-        """What `core.summary()` says, counted over the running sequences only: the
-        hub pauses only streams that have had events, so no waiting one is paused."""
         core = self.core
-        running = core.running
-        paused = sum(1 for s in running if s.state is SeqState.PAUSED)
-        self.series.record(self.env.now, len(running) - paused, len(core.waiting), paused,
+        paused = core.num_paused
+        self.series.record(self.env.now, core.num_admitted - paused, core.num_waiting, paused,
                            core.pool.reserved_blocks, tokens)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .cost_model import FEATURES, LinearCost
 from .fit import fit, load_step_log
+from .overheads import Overheads
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 CPU_SMOLLM2 = "cpu-smollm2-135m-fp32"
@@ -30,9 +31,14 @@ class Profile:
     max_batch: int | None = None
     num_blocks: int | None = None
     features: list[str] = field(default_factory=lambda: list(FEATURES))
+    overheads: dict[str, float] = field(default_factory=dict)
+    """`Overheads` fields a calibration measured outside the engine's steps."""
 
     def cost_model(self) -> LinearCost:
         return LinearCost(**self.coefficients)
+
+    def overheads_model(self) -> Overheads:
+        return Overheads(**self.overheads)
 
 
 def build_profile(step_log: str | Path, hardware: str, model: str, dtype: str, *,

@@ -1,0 +1,36 @@
+"""The engine settings a twin run holds fixed on both sides: the same values go
+to `python -m live serve` and to the simulator's scheduler."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    model: str | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_batch: int = 16
+    num_blocks: int = 1024
+    block_size: int = 16
+    max_waiting: int = 256
+    policy: str = "pause_then_drop"
+    max_queued: int = 64
+    stall_timeout_s: float = 30.0
+
+    def serve_args(self) -> list[str]:
+        args = ["--device", self.device, "--dtype", self.dtype, "--max-batch", str(self.max_batch),
+                "--num-blocks", str(self.num_blocks), "--block-size", str(self.block_size),
+                "--max-waiting", str(self.max_waiting), "--policy", self.policy,
+                "--max-queued", str(self.max_queued), "--stall-timeout-s", str(self.stall_timeout_s)]
+        return args + (["--model", self.model] if self.model else [])
+
+    def sim_settings(self) -> dict:
+        """Flat settings for `sim.build_setup`."""
+        return dict(policy=self.policy, max_batch=self.max_batch, num_blocks=self.num_blocks,
+                    block_size=self.block_size, max_waiting=self.max_waiting,
+                    max_queued=self.max_queued, stall_timeout_s=self.stall_timeout_s)
+
+    @property
+    def dtype_short(self) -> str:
+        return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[self.dtype]
