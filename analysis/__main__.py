@@ -25,6 +25,7 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=d.model, help="HF directory or .gguf; none: the embedded SmolLM2")
     g.add_argument("--device", default=d.device, choices=["cpu", "cuda"])
     g.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16"])
+    g.add_argument("--threads", type=int, default=d.threads, help="torch threads in the server")
     g.add_argument("--max-batch", type=int, default=d.max_batch)
     g.add_argument("--num-blocks", type=int, default=d.num_blocks)
     g.add_argument("--block-size", type=int, default=d.block_size)
@@ -37,7 +38,7 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
 
 def _options(args) -> ServeOptions:
     return ServeOptions(model=args.model, device=args.device, dtype=args.dtype,
-                        max_batch=args.max_batch, num_blocks=args.num_blocks,
+                        threads=args.threads, max_batch=args.max_batch, num_blocks=args.num_blocks,
                         block_size=args.block_size, max_waiting=args.max_waiting,
                         policy=args.policy, max_queued=args.max_queued,
                         stall_timeout_s=args.stall_timeout_s)

@@ -10,6 +10,7 @@ class ServeOptions:
     model: str | None = None
     device: str = "cpu"
     dtype: str = "float32"
+    threads: int | None = None
     max_batch: int = 16
     num_blocks: int = 1024
     block_size: int = 16
@@ -23,6 +24,7 @@ class ServeOptions:
                 "--num-blocks", str(self.num_blocks), "--block-size", str(self.block_size),
                 "--max-waiting", str(self.max_waiting), "--policy", self.policy,
                 "--max-queued", str(self.max_queued), "--stall-timeout-s", str(self.stall_timeout_s)]
+        args += ["--threads", str(self.threads)] if self.threads else []
         return args + (["--model", self.model] if self.model else [])
 
     def sim_settings(self) -> dict:

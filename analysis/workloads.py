@@ -1,29 +1,39 @@
-"""The calibration workload: requests chosen to cover what the cost model reads,
-not to look like traffic. Solo requests of growing prompt length (prefill cost),
-a burst of `max_batch` requests whose outputs end one after another (every decode
-batch size from the limit down to 1), then Poisson arrivals (mixed steps)."""
+"""The calibration workload: requests chosen to cover what the cost model reads.
+Solo requests of growing prompt length (prefill cost); a ladder of decode batch
+sizes from 1 to the batch limit, each size held for a dozen steps; then Poisson
+arrivals with some slow readers and leavers, so that mixed steps are fitted while
+the server also streams to clients, as in serving."""
 from __future__ import annotations
 
-from traces import TraceRequest
-from traces.generate import generate
-from traces.lengths import Uniform
+from traces import ClientMix, LeaveHow, TraceRequest, Uniform, generate
 
-SOLO_PROMPTS = (16, 64, 128, 256, 384, 512)
+SOLO_PROMPTS = (32, 128, 256, 512)
+LADDER_TOKENS = 12
 
 
-def calibration_workload(max_batch: int, seed: int = 0, solo_gap_s: float = 1.5,
-                         mixed_count: int = 30, mixed_rate: float = 2.5) -> list[TraceRequest]:
+def batch_ladder(max_batch: int) -> list[int]:
+    """About eight sizes from 1 to `max_batch`, denser where batches are small."""
+    sizes, b = [], 1
+    while b < max_batch:
+        sizes.append(b)
+        b = max(b + 1, round(b * 1.4))
+    return sizes + [max_batch]
+
+
+def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
+                         mixed_rate: float = 2.0) -> list[TraceRequest]:
     requests: list[TraceRequest] = []
     t = 0.0
     for i, prompt in enumerate(SOLO_PROMPTS):
         requests.append(TraceRequest(f"solo-{i}", t, prompt, 8))
-        t += solo_gap_s
-    for i in range(max_batch):
-        prompt = 16 + (i * 97) % 240
-        requests.append(TraceRequest(f"burst-{i}", t, prompt, 8 + (56 * i) // max(max_batch - 1, 1)))
-    t += 8.0
+        t += 0.5 + prompt * 0.004  # room for its prefill and decodes on a slow CPU
+    for b in batch_ladder(max_batch):
+        requests += [TraceRequest(f"ladder-{b}-{i}", t, 24 + 8 * i, LADDER_TOKENS) for i in range(b)]
+        t += 1.0 + 0.25 * b
+    clients = ClientMix(slow=0.2, slow_pause_s=0.1, leave=0.1, leave_after_tokens=10,
+                        leave_how=LeaveHow.FIN)
     mixed = generate(rate=mixed_rate, count=mixed_count, prompt_lengths=Uniform(16, 384),
-                     output_lengths=Uniform(16, 64), seed=seed)
-    requests += [TraceRequest(f"mixed-{r.id}", t + r.arrival_s, r.prompt_tokens, r.max_new_tokens)
-                 for r in mixed]
+                     output_lengths=Uniform(16, 64), clients=clients, seed=seed)
+    requests += [TraceRequest(f"mixed-{r.id}", t + r.arrival_s, r.prompt_tokens, r.max_new_tokens,
+                              client=r.client) for r in mixed]
     return requests

@@ -30,6 +30,8 @@ def add_serve_parser(subparsers) -> None:
                    help="a reader taking nothing this long while events wait is dropped")
     p.add_argument("--resume-grace-s", type=float, default=d.resume_grace_s,
                    help="keep a stream whose client left paused this long for a resume")
+    p.add_argument("--threads", type=int, default=d.threads,
+                   help="torch threads for the steps; none: torch's default")
     p.add_argument("--max-batch", type=int, default=d.max_batch,
                    help="sequences decoded together")
     p.add_argument("--num-blocks", type=int, default=d.num_blocks,
@@ -53,7 +55,7 @@ def run_serve(args) -> int:
     from .server import serve
 
     names = ("model", "device", "dtype", "host", "port", "policy", "max_queued",
-             "stall_timeout_s", "resume_grace_s", "max_batch", "num_blocks", "kv_cache_mb",
+             "stall_timeout_s", "resume_grace_s", "threads", "max_batch", "num_blocks", "kv_cache_mb",
              "block_size", "max_waiting", "keepalive_s", "step_log", "replay_events",
              "event_padding")
     try:

@@ -18,6 +18,9 @@ class ServeSettings:
     port: int = 8000
 
     # the engine
+    threads: int | None = None
+    """Threads torch may use for one step; None is torch's default (every core).
+    Fewer leave a core to the HTTP side, which makes step times steadier."""
     max_batch: int = 32
     num_blocks: int | None = None
     """KV blocks in the pool; None sizes the pool from `kv_cache_mb`."""

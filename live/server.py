@@ -341,6 +341,8 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
     from .step_log import StepLog
 
     dtype = getattr(torch, settings.dtype)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
     loaded = load_model(settings.model, settings.device, dtype)
     num_blocks = settings.num_blocks or ModelRunner.blocks_for_budget(
         loaded, settings.kv_cache_mb << 20, settings.block_size, dtype)
