@@ -7,7 +7,7 @@ STAMP := .venv/.installed
 .PHONY: run test setup clean
 
 run: $(STAMP)
-	$(PY) -m scheduler demo
+	$(PY) -m analysis twin
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -30,10 +30,11 @@ def cached_profile_path(options: ServeOptions, model_name: str) -> Path:
     return cache_root() / "profiles" / name
 
 
-def calibrate(options: ServeOptions, out_dir: Path, log=print) -> tuple[Profile, Path]:
+def calibrate(options: ServeOptions, out_dir: Path, workload: list[TraceRequest] | None = None,
+              log=print) -> tuple[Profile, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     step_log = out_dir / "calibration-steps.jsonl"
-    workload = calibration_workload(options.max_batch)
+    workload = workload or calibration_workload(options.max_batch)
     log(f"calibrating: serving {options.model or 'the embedded SmolLM2'} on {options.device}, "
         f"{len(workload)} requests")
     with live_server([*options.serve_args(), "--step-log", str(step_log)],

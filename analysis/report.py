@@ -3,7 +3,6 @@ with the bound it is held to; written as markdown and JSON, printed as text."""
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +20,9 @@ class Row:
     name: str
     live: float
     sim: float
-    error: float
-    """(sim - live) / live; for wasted tokens, the absolute difference."""
+    error: float | None
+    """(sim - live) / live; for wasted tokens, the absolute difference; None when
+    live is 0 and sim is not."""
     bound: float | None
     ok: bool | None
 
@@ -37,9 +37,9 @@ def rows(c: Comparison) -> list[Row]:
             error, bound = float(b - a), float(c.leavers)
             ok = abs(error) <= bound
         else:
-            error = (b - a) / a if a else (0.0 if b == a else math.inf)
+            error = (b - a) / a if a else (0.0 if b == a else None)
             bound = BOUNDS.get(name)
-            ok = None if bound is None else abs(error) <= bound
+            ok = None if bound is None else error is not None and abs(error) <= bound
         out.append(Row(name, a, b, error, bound, ok))
     return out
 
@@ -72,7 +72,8 @@ def _cells(r: Row) -> tuple[str, str]:
     """The error and its bound as printed: tokens for wasted tokens, else percent."""
     if r.name == "wasted_tokens":
         return f"{r.error:+.0f}", f"±{r.bound:.0f}"
-    return f"{r.error:+.1%}", "" if r.bound is None else f"±{r.bound:.0%}"
+    error = "-" if r.error is None else f"{r.error:+.1%}"
+    return error, "" if r.bound is None else f"±{r.bound:.0%}"
 
 
 def _num(v: float) -> str:

@@ -2,7 +2,15 @@
 to `python -m live serve` and to the simulator's scheduler."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+
+
+def spare_one_core() -> int:
+    """Torch threads for the server's steps: every core but one, which the HTTP side
+    and the load generator need; else they steal time from steps at random and the
+    step costs a calibration measures do not hold."""
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 @dataclass(frozen=True)
@@ -10,7 +18,7 @@ class ServeOptions:
     model: str | None = None
     device: str = "cpu"
     dtype: str = "float32"
-    threads: int | None = None
+    threads: int | None = field(default_factory=spare_one_core)
     max_batch: int = 16
     num_blocks: int = 1024
     block_size: int = 16

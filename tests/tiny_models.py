@@ -25,10 +25,10 @@ def tiny_gpt2(seed: int = 0) -> GPT2LMHeadModel:
 
 def tiny_llama(seed: int = 0, **overrides) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
-                         max_position_embeddings=256, tie_word_embeddings=True,
-                         **NO_SPECIAL, **overrides)
+    settings = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+                    max_position_embeddings=256, tie_word_embeddings=True, **NO_SPECIAL)
+    config = LlamaConfig(**{**settings, **overrides})
     return widen(LlamaForCausalLM(config)).eval()
 
 

@@ -1,0 +1,96 @@
+"""The whole twin pipeline on a tiny random model: serve it for real, calibrate,
+replay one trace live and simulated, and write a report that holds every figure
+for both sides with errors computed from them."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from analysis.calibrate import calibrate
+from analysis.compare import compare
+from analysis.plots import write_plots
+from analysis.report import ROWS, rows, write_report
+from analysis.serve_options import ServeOptions
+from analysis.workloads import calibration_workload
+from traces import Client, LeaveHow, ReadMode, TraceRequest, write_trace
+
+from tiny_models import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, smollm2):
+    """A tiny random Llama with the embedded model's tokenizer, as a HF directory."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = tiny_llama(vocab_size=len(smollm2.tokenizer))
+    model.config.eos_token_id = None
+    model.save_pretrained(path)
+    smollm2.tokenizer.save_pretrained(path)
+    return path
+
+
+def trace() -> list[TraceRequest]:
+    slow = Client(read=ReadMode.PER_EVENT, pause_s=0.02)
+    leaver = Client(leave_after_tokens=5, leave_how=LeaveHow.RST)
+    clients = [Client(), slow, Client(), leaver, Client(), slow, leaver, Client(), Client(), Client()]
+    return [TraceRequest(f"t{i}", 0.1 * i, 8 + 5 * i, 12 + i, client=c) for i, c in enumerate(clients)]
+
+
+def test_calibrate_compare_and_report(model_dir, tmp_path):
+    options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
+    workload = calibration_workload(4, mixed_count=12, time_scale=0.2)
+    profile, path = calibrate(options, tmp_path / "cal", workload=workload, log=lambda *a: None)
+    saved = json.loads(path.read_text())
+    assert saved["steps"] > 20 and saved["max_batch"] == 4
+    assert set(saved["overheads"]) == {"request_s", "delivery_s"}
+    assert 0 <= saved["fit"]["mape"] < 10
+
+    requests = trace()
+    comparison = compare(requests, profile, options, tmp_path / "cmp", log=lambda *a: None)
+    for side in (comparison.live, comparison.sim):
+        by_id = {o.id: o for o in side.outcomes}
+        assert set(by_id) == {r.id for r in requests}
+        for r in requests:
+            o = by_id[r.id]
+            if r.client.leaves:
+                assert o.left_s is not None and o.tokens_read == 5
+            else:
+                assert o.finish_reason == "length" and o.tokens_read == r.max_new_tokens
+                assert o.first_token_client_s >= o.arrival_s
+    assert comparison.leavers == 2
+    assert comparison.live.figures.completed == comparison.sim.figures.completed == 8
+
+    table = rows(comparison)
+    plots = write_plots(comparison, tmp_path / "cmp")
+    report = write_report(comparison, table, tmp_path / "cmp", "tiny", plots)
+    figures = json.loads((tmp_path / "cmp" / "figures.json").read_text())
+    assert list(figures) == list(ROWS)
+    for name, f in figures.items():
+        assert math.isfinite(f["live"]) and math.isfinite(f["sim"]), name
+        if name == "wasted_tokens":
+            assert f["error"] == f["sim"] - f["live"] and f["bound"] == 2
+        elif f["live"]:
+            assert f["error"] == pytest.approx((f["sim"] - f["live"]) / f["live"]), name
+        else:
+            assert f["error"] == (0.0 if f["sim"] == 0 else None), name
+    text = report.read_text()
+    assert all(f"| {name} |" in text for name in ROWS)
+    for png in plots:
+        assert (tmp_path / "cmp" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_command_prints_the_table(model_dir, tmp_path):
+    options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
+    _, profile = calibrate(options, tmp_path / "cal", log=lambda *a: None,
+                           workload=calibration_workload(4, mixed_count=6, time_scale=0.1))
+    write_trace(tmp_path / "trace.jsonl", trace())
+    out = subprocess.run(
+        [sys.executable, "-m", "analysis", "compare", "--model", str(model_dir), "--threads", "1",
+         "--max-batch", "4", "--num-blocks", "128", "--trace", str(tmp_path / "trace.jsonl"),
+         "--profile", str(profile), "--out", str(tmp_path / "cli")],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ttft_p50_s" in out.stdout and "makespan_s" in out.stdout
+    assert f"report: {tmp_path / 'cli' / 'report.md'}" in out.stdout
+    assert (tmp_path / "cli" / "live-outcomes.jsonl").exists()
