@@ -49,17 +49,16 @@ class ModelRunner:
     @torch.inference_mode()
     def forward_logits(self, plan: StepPlan) -> torch.Tensor:
         """Last-position logits `[sequences, vocab]`, in `plan.prefills + plan.decodes` order."""
-        parts = []
         if plan.prefills:
-            parts.append(self.prefill(plan.prefills))
+            return self.prefill(plan.prefills, plan.decodes)
         if plan.decodes:
-            parts.append(self.decode(plan.decodes))
-        if not parts:
-            return torch.empty((0, self.vocab_size), device=self.device)
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
+            return self.decode(plan.decodes)
+        return torch.empty((0, self.vocab_size), device=self.device)
 
-    def prefill(self, seqs: list[Sequence]) -> torch.Tensor:
-        """All prompts packed into one batch; each attends causally to itself."""
+    def prefill(self, seqs: list[Sequence], decodes: list[Sequence] = ()) -> torch.Tensor:
+        """All prompts packed into one batch, each attending causally to itself, and
+        the step's decodes riding along as rows of the same pass: the weights are read
+        once per step, not once for the prompts and again for the decodes."""
         ids, positions, slots, starts, lengths = [], [], [], [], []
         for seq in seqs:
             prompt = seq.request.payload.prompt_ids
@@ -72,32 +71,52 @@ class ModelRunner:
             positions.extend(range(len(prompt)))
             slots.extend(slot_mapping(seq.block_table, 0, len(prompt), self.block_size))
         spans = PromptSpans(starts, lengths)
+        packed = len(ids)
+        last_rows = [s + n - 1 for s, n in zip(starts, lengths)]
+        context = None
+        if decodes:
+            d_ids, d_positions, d_slots, context = self._decode_inputs(decodes)
+            ids += d_ids
+            positions += d_positions
+            slots += d_slots
+            last_rows += range(packed, packed + len(decodes))
         slots_t = self._tensor(slots)
-        last_rows = self._tensor([s + n - 1 for s, n in zip(starts, lengths)])
 
         def attend(layer, q, k, v, scale):
             self.cache.write(layer, slots_t, k, v)
-            return prefill_attention(q, k, v, spans, scale)
+            out = prefill_attention(q[:packed], k[:packed], v[:packed], spans, scale)
+            if context is None:
+                return out
+            decoded = paged_decode_attention(q[packed:], self.cache.keys[layer],
+                                             self.cache.values[layer], context, scale)
+            return torch.cat([out, decoded])
 
-        return self.arch.forward(self._tensor(ids), self._tensor(positions), attend, last_rows)
+        return self.arch.forward(self._tensor(ids), self._tensor(positions), attend,
+                                 self._tensor(last_rows))
 
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token per sequence (its last, at position num_tokens - 1) attending to
-        its whole context through its block table. The one place decode runs, so a
-        captured CUDA graph can stand in for it."""
-        positions = [seq.num_tokens - 1 for seq in seqs]
-        slots = self._tensor([slot_mapping(seq.block_table, p, p + 1, self.block_size)[0]
-                              for seq, p in zip(seqs, positions)])
-        context = PagedContext.build([seq.block_table for seq in seqs],
-                                     [seq.num_tokens for seq in seqs], self.block_size, self.device)
+        its whole context through its block table. The one place a decode-only step
+        runs, so a captured CUDA graph can stand in for it."""
+        ids, positions, slots, context = self._decode_inputs(seqs)
+        slots_t = self._tensor(slots)
 
         def attend(layer, q, k, v, scale):
-            self.cache.write(layer, slots, k, v)
+            self.cache.write(layer, slots_t, k, v)
             return paged_decode_attention(q, self.cache.keys[layer], self.cache.values[layer],
                                           context, scale)
 
-        ids = self._tensor([seq.last_token for seq in seqs])
-        return self.arch.forward(ids, self._tensor(positions), attend, None)
+        return self.arch.forward(self._tensor(ids), self._tensor(positions), attend, None)
+
+    def _decode_inputs(self, seqs: list[Sequence]):
+        """Token ids, positions and cache slots of the decoding sequences, and where
+        their contexts live."""
+        positions = [seq.num_tokens - 1 for seq in seqs]
+        slots = [slot_mapping(seq.block_table, p, p + 1, self.block_size)[0]
+                 for seq, p in zip(seqs, positions)]
+        context = PagedContext.build([seq.block_table for seq in seqs],
+                                     [seq.num_tokens for seq in seqs], self.block_size, self.device)
+        return [seq.last_token for seq in seqs], positions, slots, context
 
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
