@@ -1,7 +1,7 @@
 """Step-cost models: the seconds one step plan takes to execute."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Protocol
 
 from scheduler import PlanFeatures
@@ -9,6 +9,10 @@ from scheduler import PlanFeatures
 FEATURES = ("fixed", "num_prefills", "prefill_tokens", "prefill_tokens_sq",
             "decode_batch", "context_tokens")
 """The terms of `LinearCost`, in the order of its coefficients; `fixed` is 1 per step."""
+
+
+MIN_STEP_S = 1e-6
+"""No step is free, whatever a fit's corrections say."""
 
 
 class CostModel(Protocol):
@@ -37,13 +41,20 @@ class LinearCost:
     prefill_tokens_sq: float = 0.0
     decode_batch: float = 0.0
     context_tokens: float = 0.0
+    batch_excess: tuple[float, ...] = ()
+    """Seconds a decode-only step of batch b costs above the linear terms, at index
+    b - 1 (the last entry serves larger batches): on a CPU, matmuls of a few rows
+    are far from linear in the rows."""
 
     def cost(self, f: PlanFeatures) -> float:
-        return (self.fixed + self.num_prefills * f.num_prefills
-                + self.prefill_tokens * f.prefill_tokens
-                + self.prefill_tokens_sq * f.prefill_tokens_sq
-                + self.decode_batch * f.decode_batch
-                + self.context_tokens * f.context_tokens)
+        seconds = (self.fixed + self.num_prefills * f.num_prefills
+                   + self.prefill_tokens * f.prefill_tokens
+                   + self.prefill_tokens_sq * f.prefill_tokens_sq
+                   + self.decode_batch * f.decode_batch
+                   + self.context_tokens * f.context_tokens)
+        if self.batch_excess and f.decode_batch and not f.num_prefills:
+            seconds += self.batch_excess[min(f.decode_batch, len(self.batch_excess)) - 1]
+        return max(seconds, MIN_STEP_S)
 
     def coefficients(self) -> dict[str, float]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in FEATURES}

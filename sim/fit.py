@@ -6,11 +6,13 @@ A step log is JSONL, one line per step: the `PlanFeatures` fields plus `step`,
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import nnls
+
+from scheduler import PlanFeatures
 
 from .cost_model import FEATURES, LinearCost
 
@@ -55,15 +57,54 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
     order = np.random.default_rng(seed).permutation(len(steps))
     hold, train = order[:n_hold], order[n_hold:]
     coef = _nnls(x[train], y[train])
+    linear = LinearCost(**dict(zip(FEATURES, map(float, coef))))
+    cost = _with_batch_excess(linear, [steps[i] for i in train], y[train] - x[train] @ coef)
     actual = y[hold]
-    error = x[hold] @ coef - actual
+    error = np.array([cost.cost(_features(steps[i])) for i in hold]) - actual
     rel = np.abs(error) / actual
     total = ((actual - actual.mean()) ** 2).sum()
     report = FitReport(
         train_steps=len(train), holdout_steps=len(hold),
         mape=float(rel.mean()), p90_rel_error=float(np.quantile(rel, 0.9)),
         r2=float(1 - (error ** 2).sum() / total) if total > 0 else float("nan"))
-    return LinearCost(**dict(zip(FEATURES, map(float, coef)))), report
+    return cost, report
+
+
+MIN_STEPS_PER_BATCH = 3
+
+
+def _with_batch_excess(linear: LinearCost, steps: list[dict], residuals: np.ndarray) -> LinearCost:
+    """The linear model with a per-batch-size correction, if the correction taken
+    from one half of the steps predicts the other half better than the linear terms
+    alone do (on noise it would only add noise)."""
+    half = len(steps) // 2
+    trial = replace(linear, batch_excess=_batch_excess(steps[:half], residuals[:half]))
+    rest = steps[half:]
+    if _rel_error(trial, rest) >= _rel_error(linear, rest):
+        return linear
+    return replace(linear, batch_excess=_batch_excess(steps, residuals))
+
+
+def _rel_error(cost: LinearCost, steps: list[dict]) -> float:
+    return sum(abs(cost.cost(_features(s)) / s["duration_s"] - 1) for s in steps)
+
+
+def _batch_excess(steps: list[dict], residuals: np.ndarray) -> tuple[float, ...]:
+    """The median residual of decode-only steps at each batch size with enough
+    steps, interpolated between those sizes."""
+    by_batch: dict[int, list[float]] = {}
+    for step, r in zip(steps, residuals):
+        if step["num_prefills"] == 0 and step["decode_batch"] > 0:
+            by_batch.setdefault(step["decode_batch"], []).append(float(r))
+    sizes = sorted(b for b, rs in by_batch.items() if len(rs) >= MIN_STEPS_PER_BATCH)
+    if not sizes:
+        return ()
+    medians = [float(np.median(by_batch[b])) for b in sizes]
+    return tuple(float(v) for v in np.interp(np.arange(1, sizes[-1] + 1), sizes, medians))
+
+
+def _features(step: dict) -> PlanFeatures:
+    return PlanFeatures(**{name: step[name] for name in PlanFeatures.__slots__})
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -31,11 +31,13 @@ class Profile:
     max_batch: int | None = None
     num_blocks: int | None = None
     features: list[str] = field(default_factory=lambda: list(FEATURES))
+    batch_excess: list[float] = field(default_factory=list)
+    """`LinearCost.batch_excess`: seconds above the linear terms by decode batch."""
     overheads: dict[str, float] = field(default_factory=dict)
     """`Overheads` fields a calibration measured outside the engine's steps."""
 
     def cost_model(self) -> LinearCost:
-        return LinearCost(**self.coefficients)
+        return LinearCost(**self.coefficients, batch_excess=tuple(self.batch_excess))
 
     def overheads_model(self) -> Overheads:
         return Overheads(**self.overheads)
@@ -52,6 +54,7 @@ def build_profile(step_log: str | Path, hardware: str, model: str, dtype: str, *
     logged = lambda key: next((s[key] for s in steps if s.get(key) is not None), None)  # noqa: E731
     return Profile(
         hardware=hardware, model=model, dtype=dtype, coefficients=cost.coefficients(),
+        batch_excess=list(cost.batch_excess),
         fit=report.as_dict(), steps=len(steps),
         date=datetime.date.today().isoformat(),
         device=device or logged("device"),

@@ -98,3 +98,36 @@ def test_profiles_load_by_shipped_name_and_unknown_ones_say_what_exists(tmp_path
     assert (profile.hardware, profile.dtype, profile.device, profile.max_batch) == ("cpu", "fp32", "cpu", 8)
     with pytest.raises(FileNotFoundError, match="cpu-smollm2-135m-fp32"):
         load_profile("gpu-nothing")
+
+
+def padded_batch_log():
+    """Small decode batches cost what batch 4 costs, as padded matmuls on a CPU do."""
+    rng = np.random.default_rng(5)
+    steps = []
+    for i in range(400):
+        batch = int(rng.integers(1, 9))
+        f = PlanFeatures(0, 0, 0, batch, batch * 100)
+        rows = 1 if batch == 1 else max(batch, 4)
+        duration = 0.05 + 0.004 * rows + 1e-6 * f.context_tokens
+        steps.append({"step": i + 1, "start_s": 0.0, "duration_s": duration, **f.as_dict()})
+    return steps
+
+
+def test_fit_learns_what_a_decode_batch_costs_beyond_linear():
+    """The fit keeps a per-batch correction because it predicts unseen steps better."""
+    cost, report = fit(padded_batch_log(), holdout_fraction=0.25, seed=0)
+    assert len(cost.batch_excess) == 8
+    for batch, expected in [(1, 0.054), (2, 0.066), (3, 0.066), (4, 0.066), (8, 0.082)]:
+        f = PlanFeatures(0, 0, 0, batch, batch * 100)
+        assert cost.cost(f) == pytest.approx(expected + 1e-4 * batch, rel=1e-3), batch
+    assert report.mape < 1e-3
+
+
+def test_profile_keeps_the_batch_correction(tmp_path):
+    log = tmp_path / "steps.jsonl"
+    log.write_text("".join(json.dumps(s) + "\n" for s in padded_batch_log()))
+    profile = build_profile(log, hardware="h", model="m", dtype="fp32")
+    assert len(profile.batch_excess) == 8
+    path = tmp_path / "p.json"
+    save_profile(profile, path)
+    assert load_profile(path).cost_model() == profile.cost_model()
