@@ -8,9 +8,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sim import TimeSeries
+from sim.metrics import COMPLETED
 from traces.outcome import RequestOutcome
-
-COMPLETED = frozenset({"length", "stop", "eos"})
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import TraceError, shown
 from .record import Client, LeaveHow, ReadMode, TraceRequest
@@ -164,11 +164,10 @@ class _Order:
         self.last_arrival = r.arrival_s
 
 
-def read_trace(path: str | Path) -> list[TraceRequest]:
-    """Every request of a native JSONL trace, in file order. Blank lines are allowed."""
+def json_lines(path: str | Path) -> Iterator[tuple[int, object]]:
+    """The line number and parsed value of every non-blank line of a JSON-lines
+    file; bad JSON is an error that names its line."""
     source = Path(path).name
-    order = _Order()
-    requests = []
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -177,12 +176,21 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise TraceError.at(source, line_no, f"not valid JSON: {e.msg} (column {e.colno})") from None
-            try:
-                request = parse_request(obj)
-                order.check(request, line_no)
-            except FieldError as e:
-                raise TraceError.at(source, line_no, str(e)) from None
-            requests.append(request)
+            yield line_no, obj
+
+
+def read_trace(path: str | Path) -> list[TraceRequest]:
+    """Every request of a native JSONL trace, in file order. Blank lines are allowed."""
+    source = Path(path).name
+    order = _Order()
+    requests = []
+    for line_no, obj in json_lines(path):
+        try:
+            request = parse_request(obj)
+            order.check(request, line_no)
+        except FieldError as e:
+            raise TraceError.at(source, line_no, str(e)) from None
+        requests.append(request)
     return requests
 
 

@@ -7,10 +7,10 @@ makes prompts of the given lengths, without the shared prefixes.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .errors import TraceError, shown
+from .jsonl import json_lines
 from .public import PublicRow, requests_from_rows
 from .record import TraceRequest
 from .shaping import shape
@@ -31,16 +31,9 @@ def load_mooncake(path: str | Path, **options) -> list[TraceRequest]:
     """Requests of a Mooncake trace; `options` are those of `shape`."""
     source = Path(path).name
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceError.at(source, line_no, f"not valid JSON: {e.msg} (column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise TraceError.at(source, line_no, f"a row must be a JSON object, got {shown(obj)}")
-            ms, prompt, output = (_count(obj, name, source, line_no) for name in FIELDS)
-            rows.append(PublicRow(len(rows), ms, prompt, output))
+    for line_no, obj in json_lines(path):
+        if not isinstance(obj, dict):
+            raise TraceError.at(source, line_no, f"a row must be a JSON object, got {shown(obj)}")
+        ms, prompt, output = (_count(obj, name, source, line_no) for name in FIELDS)
+        rows.append(PublicRow(len(rows), ms, prompt, output))
     return shape(requests_from_rows(rows, per_second=1000), **options)
