@@ -22,7 +22,7 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from typing import ClassVar
 
-from scheduler import Backlog, Decision, FinishReason
+from scheduler import Backlog, Decision, FinishReason, StepSummary
 
 from .engine import Engine, EngineEvent, TokenOut
 from .metrics import ServerMetrics
@@ -235,7 +235,7 @@ class Hub:
         self.tokens_after_leave = 0
         self.readers_cut = 0
         self.shutting_down = False
-        self.snapshot = engine.core.summary()
+        self._between_steps = self._core_view()
         self._step_started = time.time()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drained: asyncio.Event | None = None
@@ -258,7 +258,16 @@ class Hub:
 
     def after_step(self) -> None:
         # taken between steps by the stepping thread: the one consistent view
-        self.snapshot = self.engine.core.summary()
+        self._between_steps = self._core_view()
+
+    def _core_view(self) -> tuple[StepSummary, int, int]:
+        pool = self.engine.core.pool
+        return self.engine.core.summary(), pool.reservations, pool.releases
+
+    @property
+    def snapshot(self) -> StepSummary:
+        """The core's state after the last step."""
+        return self._between_steps[0]
 
     def deliver(self, events: list[EngineEvent]) -> None:
         arrived = time.time()
@@ -339,9 +348,12 @@ class Hub:
                 self._watchdog.cancel()
 
     def stats(self) -> dict:
+        summary, admissions, releases = self._between_steps
         return {
-            **self.snapshot.as_dict(),
+            **summary.as_dict(),
             "num_blocks": self.engine.core.config.num_blocks,
+            "admissions": admissions,
+            "releases": releases,
             "policy": self.policy.name,
             "streams_open": sum(1 for s in self._active.values() if not s.ended),
             "streams_in_grace": sum(1 for s in self._active.values() if s.grace is not None),

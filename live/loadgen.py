@@ -2,13 +2,8 @@
 sent at its arrival time and read the way its client reads, and records what
 happened to it in the schema the simulator writes (`RequestOutcome`).
 
-Each request is one HTTP/1.1 connection on a plain non-blocking socket, written
-and parsed here rather than through an HTTP library, for two reasons. A slow
-client must really stop reading: asyncio's StreamReader (and every library built
-on it) reads ahead up to 256 KiB at a time, which would hide from the server that
-its reader has stalled; here the socket is read only when the client wants bytes,
-so the TCP window fills and the server feels backpressure. And leaving must be
-exactly what the trace says: FIN by shutdown and close, RST by SO_LINGER 0.
+Each request is one HTTP/1.1 connection of `raw_http`, read only as fast as its
+client reads, and left exactly as the trace says (FIN or RST).
 
 Times in the records are seconds from the replay's start. The server's own times
 (`done.timing`, unix seconds on the same host) are converted with the wall clock
@@ -21,32 +16,25 @@ import contextlib
 import enum
 import json
 import logging
-import socket
-import struct
 import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
-from urllib.parse import urlsplit
 
 import httpx
 
 from traces.outcome import RequestOutcome
-from traces.record import LeaveHow, ReadMode, TraceRequest
+from traces.record import ReadMode, TraceRequest
 
+from .raw_http import PROTOCOL_FAILURES, Connection, IdleTimeout, Response, Target, resolve
 from .sse_parser import Comment, SSEEvent, SSEParser
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 16 * 1024
-"""Most bytes one read takes from a socket."""
-BYTE_RATE_READS_PER_S = 50
-"""A byte-rate reader takes its allowance in this many small reads a second, so
-its socket drains smoothly rather than in bursts."""
 LAG_WARN_S = 0.020
 """A request sent later than this after its scheduled arrival is reported."""
-MAX_HEAD_BYTES = 64 * 1024
+STREAM_PATH = "/v1/stream"
 TAIL_TIMEOUT_S = 1.0
 """How long a finished stream's last bytes are waited for before closing anyway."""
 
@@ -89,14 +77,6 @@ class LiveReplay:
     finish_reason is "error")."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
-    family: int
-    address: tuple
-    host_header: str
-    stream_path: str
-
-
 class _Ending(enum.Enum):
     FINISHED = "finished"
     """The stream's last event was read."""
@@ -105,190 +85,6 @@ class _Ending(enum.Enum):
     REFUSED = "refused"
     BROKEN = "broken"
     """The connection or the protocol failed."""
-
-
-class _IdleTimeout(Exception):
-    pass
-
-
-_PROTOCOL_FAILURES = (OSError, ValueError, KeyError, TypeError, AttributeError, _IdleTimeout)
-"""What a broken connection or a malformed response raises while a request is read."""
-
-
-class _Connection:
-    """One client's TCP connection, read only on demand, at most `bytes_per_s`
-    when that is set (counting every byte: headers, chunk framing, events)."""
-
-    def __init__(self, sock: socket.socket, bytes_per_s: float | None, idle_timeout_s: float):
-        self._sock = sock
-        self._loop = asyncio.get_running_loop()
-        self._idle_timeout_s = idle_timeout_s
-        self._bytes_per_s = bytes_per_s
-        self._chunk = (max(1, min(READ_CHUNK, int(bytes_per_s / BYTE_RATE_READS_PER_S)))
-                       if bytes_per_s else READ_CHUNK)
-        self._opened = self._loop.time()
-        self._bytes_read = 0
-
-    @classmethod
-    async def open(cls, target: _Target, *, bytes_per_s: float | None, idle_timeout_s: float,
-                   recv_buffer_bytes: int | None) -> _Connection:
-        sock = socket.socket(target.family, socket.SOCK_STREAM)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if recv_buffer_bytes:
-                # Before connecting: the window scale is agreed in the handshake.
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer_bytes)
-            await asyncio.get_running_loop().sock_connect(sock, target.address)
-        except BaseException:
-            sock.close()
-            raise
-        return cls(sock, bytes_per_s, idle_timeout_s)
-
-    async def send(self, data: bytes) -> None:
-        await self._loop.sock_sendall(self._sock, data)
-
-    async def recv(self) -> bytes:
-        """The next bytes, b"" at the end of the stream."""
-        if self._bytes_per_s:
-            # Paced against the connection's whole life, so the average rate holds
-            # however late each sleep wakes.
-            delay = self._opened + self._bytes_read / self._bytes_per_s - self._loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        try:
-            async with asyncio.timeout(self._idle_timeout_s):
-                data = await self._loop.sock_recv(self._sock, self._chunk)
-        except TimeoutError:
-            raise _IdleTimeout(f"nothing received for {self._idle_timeout_s} s") from None
-        self._bytes_read += len(data)
-        return data
-
-    def close(self, how: LeaveHow = LeaveHow.FIN) -> None:
-        if how is LeaveHow.RST:
-            # Linger on, for 0 s: close discards what is unsent and resets the peer.
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        else:
-            # FIN first, whatever is still unread. (Closing with unread bytes then
-            # also sends an RST after the FIN, as any HTTP client closing early does;
-            # the server has seen the end of the stream first.)
-            try:
-                self._sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-        self._sock.close()
-
-
-class _ChunkedBody:
-    """Decodes `Transfer-Encoding: chunked` as bytes arrive."""
-
-    _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
-
-    def __init__(self):
-        self._pending = bytearray()
-        self._state = self._SIZE
-        self._remaining = 0
-
-    @property
-    def complete(self) -> bool:
-        return self._state == self._DONE
-
-    def feed(self, data: bytes) -> bytes:
-        self._pending += data
-        out = bytearray()
-        while self._state != self._DONE:
-            if self._state == self._DATA:
-                take = min(self._remaining, len(self._pending))
-                if not take:
-                    break
-                out += self._pending[:take]
-                del self._pending[:take]
-                self._remaining -= take
-                if not self._remaining:
-                    self._state = self._DATA_END
-                continue
-            end = self._pending.find(b"\r\n")
-            if end < 0:
-                break
-            line = bytes(self._pending[:end])
-            del self._pending[:end + 2]
-            if self._state == self._SIZE:
-                try:
-                    self._remaining = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise ConnectionError(f"bad chunk size line {line[:40]!r}") from None
-                self._state = self._DATA if self._remaining else self._TRAILER
-            elif self._state == self._DATA_END:
-                if line:
-                    raise ConnectionError("chunk data longer than its size")
-                self._state = self._SIZE
-            elif not line:  # the blank line that ends the trailers
-                self._state = self._DONE
-        return bytes(out)
-
-
-class _Response:
-    """An HTTP/1.1 response read from a connection: the head, then the body's
-    bytes as they arrive, framed by chunked encoding, Content-Length, or the end
-    of the connection."""
-
-    def __init__(self, connection: _Connection):
-        self._connection = connection
-        self._pending = b""
-        self._chunked: _ChunkedBody | None = None
-        self._left: int | None = None
-        self._body_ended = False
-        self.status = 0
-        self.headers: dict[str, str] = {}
-
-    async def read_head(self) -> None:
-        buffer = b""
-        while (end := buffer.find(b"\r\n\r\n")) < 0:
-            if len(buffer) > MAX_HEAD_BYTES:
-                raise ConnectionError("response head too large")
-            data = await self._connection.recv()
-            if not data:
-                raise ConnectionError("connection closed before the response head")
-            buffer += data
-        lines = buffer[:end].decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-            raise ConnectionError(f"bad status line {lines[0][:80]!r}")
-        self.status = int(parts[1])
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            value = value.strip()
-            self.headers[name] = f"{self.headers[name]}, {value}" if name in self.headers else value
-        self._pending = buffer[end + 4:]
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            self._chunked = _ChunkedBody()
-        elif "content-length" in self.headers:
-            self._left = int(self.headers["content-length"])
-            self._body_ended = self._left == 0
-
-    async def read_body(self) -> bytes:
-        """The body's next bytes; b"" once it has ended (or was cut short)."""
-        while not self._body_ended:
-            data, self._pending = self._pending or await self._connection.recv(), b""
-            if not data:
-                self._body_ended = True
-            elif self._chunked is not None:
-                data = self._chunked.feed(data)
-                self._body_ended = self._chunked.complete
-            elif self._left is not None:
-                data = data[:self._left]
-                self._left -= len(data)
-                self._body_ended = self._left == 0
-            if data:
-                return data
-        return b""
-
-    async def read_all(self) -> bytes:
-        pieces = []
-        while piece := await self.read_body():
-            pieces.append(piece)
-        return b"".join(pieces)
 
 
 def _refusal(status: int, body: bytes) -> str:
@@ -334,7 +130,7 @@ class _ReplayedRequest:
         replay, client, o = self.replay, self.request.client, self.outcome
         async with replay.connection_slots:
             try:
-                connection = await _Connection.open(
+                connection = await Connection.open(
                     replay.target, idle_timeout_s=replay.timeout_s,
                     recv_buffer_bytes=replay.recv_buffer_bytes,
                     bytes_per_s=client.bytes_per_s if client.read is ReadMode.BYTE_RATE else None)
@@ -345,7 +141,7 @@ class _ReplayedRequest:
             o.arrival_s = replay.now()
             leave_at = (None if client.leave_after_s is None
                         else replay.loop_start + o.arrival_s + client.leave_after_s)
-            response = _Response(connection)
+            response = Response(connection)
             ending = _Ending.LEAVE
             time_up = asyncio.timeout_at(leave_at)
             try:
@@ -354,7 +150,7 @@ class _ReplayedRequest:
             except TimeoutError as exc:
                 if not time_up.expired():  # a socket's own timeout, not the client's
                     ending = self._broken(exc)
-            except _PROTOCOL_FAILURES as exc:
+            except PROTOCOL_FAILURES as exc:
                 ending = self._broken(exc)
             if ending is _Ending.LEAVE:
                 o.left_s = replay.now()
@@ -371,17 +167,11 @@ class _ReplayedRequest:
         self.outcome.finish_reason, self.outcome.finish_s = "error", self.replay.now()
         return _Ending.BROKEN
 
-    async def _exchange(self, connection: _Connection, response: _Response) -> _Ending:
+    async def _exchange(self, connection: Connection, response: Response) -> _Ending:
         body = json.dumps(request_body(self.request, self.replay.prompt_filler)).encode()
-        head = (f"POST {self.replay.target.stream_path} HTTP/1.1\r\n"
-                f"Host: {self.replay.target.host_header}\r\n"
-                "User-Agent: twinstep-loadgen\r\n"
-                "Accept: text/event-stream\r\n"
-                "Content-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n")
-        await connection.send(head.encode("latin-1") + body)
+        await connection.post_json(STREAM_PATH, body, accept="text/event-stream")
         await response.read_head()
+        self.outcome.headers_s = self.replay.now()
         if response.status != 200:
             self.outcome.refused = _refusal(response.status, await response.read_all())
             return _Ending.REFUSED
@@ -430,21 +220,21 @@ class _ReplayedRequest:
         return None
 
     @staticmethod
-    async def _read_to_end(response: _Response) -> None:
+    async def _read_to_end(response: Response) -> None:
         """Take the rest of the body (its last chunk), so that closing sends a clean
         FIN rather than a reset over unread bytes. The stream is over: a failure
         here changes nothing in the record."""
         try:
             async with asyncio.timeout(TAIL_TIMEOUT_S):
                 await response.read_all()
-        except (OSError, _IdleTimeout):  # TimeoutError is an OSError
+        except (OSError, IdleTimeout):  # TimeoutError is an OSError
             pass
 
 
 class _Replay:
     """Settings and clocks shared by the requests of one replay."""
 
-    def __init__(self, target: _Target, *, time_scale: float, max_connections: int | None,
+    def __init__(self, target: Target, *, time_scale: float, max_connections: int | None,
                  prompt_filler: Callable[[TraceRequest], list[int]], timeout_s: float,
                  recv_buffer_bytes: int | None):
         self.target = target
@@ -478,20 +268,6 @@ class _Replay:
         return replayed
 
 
-def _target(base_url: str) -> tuple[str, int, str]:
-    url = urlsplit(base_url)
-    if url.scheme != "http" or not url.hostname:
-        raise ValueError(f"the load generator speaks plain http://host:port, not {base_url!r}")
-    return url.hostname, url.port or 80, url.path.rstrip("/")
-
-
-async def _resolve(base_url: str) -> _Target:
-    host, port, prefix = _target(base_url)
-    family, _, _, _, address = (await asyncio.get_running_loop().getaddrinfo(
-        host, port, type=socket.SOCK_STREAM))[0]
-    return _Target(family, address, f"{host}:{port}", f"{prefix}/v1/stream")
-
-
 async def _stats(client: httpx.AsyncClient) -> dict | None:
     try:
         response = await client.get("/stats")
@@ -502,14 +278,22 @@ async def _stats(client: httpx.AsyncClient) -> dict | None:
         return None
 
 
-async def _settled_stats(client: httpx.AsyncClient, settle_s: float) -> dict | None:
-    """/stats once the server has nothing running or waiting (the last leavers'
-    cancels take effect a step after they left, and their tokens count), or after
-    `settle_s` at most."""
+def _finished(stats: dict) -> int:
+    return sum(stats.get("finished", {}).values())
+
+
+async def _settled_stats(client: httpx.AsyncClient, settle_s: float,
+                         finished_at_least: int) -> dict | None:
+    """/stats once the server has nothing running or waiting and has taken the
+    engine's end of `finished_at_least` streams in all (the last leavers' cancels
+    take effect a step after they left, and the tokens of that step count only once
+    its events reach the hub), or after `settle_s` at most."""
     deadline = time.monotonic() + settle_s
     while True:
         stats = await _stats(client)
-        busy = stats is not None and (stats.get("running") or stats.get("waiting"))
+        busy = stats is not None and bool(
+            stats.get("running") or stats.get("waiting")
+            or ("finished" in stats and _finished(stats) < finished_at_least))
         if not busy or time.monotonic() >= deadline:
             return stats
         await asyncio.sleep(0.05)
@@ -535,7 +319,7 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
     """
     if not time_scale > 0:
         raise ValueError(f"time_scale must be positive, got {time_scale}")
-    target = await _resolve(base_url)
+    target = await resolve(base_url)
     # trust_env off: a proxy set in the environment must not come between the
     # replay and the server it measures.
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False) as http:
@@ -545,7 +329,11 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
                          recv_buffer_bytes=recv_buffer_bytes)
         replayed = await replay.send_all(requests)
         duration_s = replay.now()
-        stats_after = await _settled_stats(http, settle_s)
+        # Every stream the server accepted ends in its engine, however its client left.
+        accepted = sum(1 for r in replayed
+                       if r.outcome.headers_s is not None and r.outcome.refused is None)
+        finished_before = _finished(stats_before) if stats_before is not None else 0
+        stats_after = await _settled_stats(http, settle_s, finished_before + accepted)
     lags = [r.outcome.arrival_s - r.request.arrival_s * time_scale for r in replayed]
     late = [lag for lag in lags if lag > LAG_WARN_S]
     if late:

@@ -22,6 +22,10 @@ class BlockPool:
         self._free = list(range(num_blocks - 1, -1, -1))
         self._reserved = 0
         self._held: dict[str, tuple[int, list[int]]] = {}
+        self.reservations = 0
+        """Reservations made since the pool was built: one per admission."""
+        self.releases = 0
+        """Releases made since the pool was built; equals `reservations` when whole."""
 
     @property
     def reserved_blocks(self) -> int:
@@ -49,6 +53,7 @@ class BlockPool:
         table: list[int] = []
         self._held[seq_id] = (n, table)
         self._reserved += n
+        self.reservations += 1
         return table
 
     def grow(self, seq_id: str, num_tokens: int) -> list[int]:
@@ -70,6 +75,7 @@ class BlockPool:
         self._free.extend(reversed(table))
         table.clear()
         self._reserved -= n
+        self.releases += 1
 
     def is_whole(self) -> bool:
         return not self._held and self._reserved == 0 and len(self._free) == self.num_blocks

@@ -18,7 +18,7 @@ import pytest
 
 from live.loadgen import PromptFiller, add_parser, replay, request_body
 from traces.jsonl import write_trace
-from traces.outcome import read_outcomes
+from traces.outcome import RequestOutcome, read_outcomes, write_outcomes
 from traces.record import Client, LeaveHow, ReadMode, TraceRequest
 
 
@@ -271,6 +271,7 @@ def test_records_match_what_the_server_sent(stand_in):
     assert plain.prompt_tokens == 3  # from the start event, not the trace
     assert len(plain.token_times_s) == 5 and plain.token_times_s == sorted(plain.token_times_s)
     assert plain.first_token_client_s == plain.token_times_s[0]
+    assert plain.arrival_s < plain.headers_s <= plain.first_token_client_s
     assert plain.left_s is None and plain.refused is None
     # The server's clock, moved to replay seconds.
     assert plain.arrival_s <= plain.admitted_s <= plain.first_token_engine_s <= plain.finish_s
@@ -288,6 +289,7 @@ def test_records_match_what_the_server_sent(stand_in):
     assert o["overloaded"].refused == "503 shutting down"
     for rid in ("busy", "overloaded"):
         assert (o[rid].tokens_read, o[rid].finish_reason, o[rid].left_s) == (0, None, None)
+        assert o[rid].arrival_s < o[rid].headers_s  # a refusal has headers too
 
     failing, cut = o["failing"], o["cut"]
     assert (failing.finish_reason, failing.tokens_read, failing.tokens_generated) == ("error", 2, 2)
@@ -332,6 +334,7 @@ def test_leave_at_once_and_after_seconds(stand_in):
                 req("timed", leave_after_s=0.3, leave_how=LeaveHow.RST)]
     at_once, timed = replay(stand_in.url, requests).outcomes
     assert at_once.tokens_read == 0 and at_once.left_s is not None
+    assert at_once.arrival_s < at_once.headers_s <= at_once.left_s
     assert 0.3 <= timed.left_s - timed.arrival_s < 0.6
     assert 3 <= timed.tokens_read < 30 and timed.finish_reason is None
     assert stand_in.by_prompt("at-once").peer_close == "fin"
@@ -393,6 +396,7 @@ def test_connection_refused_is_recorded():
     result = replay(f"http://127.0.0.1:{port}", [req("nobody")], settle_s=0.0)
     (o,) = result.outcomes
     assert o.refused.startswith("connection failed") and "nobody" in result.problems
+    assert o.headers_s is None
     assert result.stats_before is None and result.wasted_tokens_total is None
 
 
@@ -421,3 +425,18 @@ def test_command_line(stand_in, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "requests 2, refused 0, left 1" in printed
     assert "finished: length 1" in printed and "wasted tokens" in printed
+
+
+def test_outcomes_written_before_headers_s_was_recorded_still_read(tmp_path):
+    path = tmp_path / "outcomes.jsonl"
+    now = RequestOutcome("new", 0.5, 4, 8, headers_s=0.51, first_token_client_s=0.6,
+                         token_times_s=[0.6], tokens_read=1)
+    write_outcomes(path, [now])
+    older = {"id": "old", "arrival_s": 0.0, "prompt_tokens": 4, "max_new_tokens": 8,
+             "token_times_s": [0.2, 0.3], "finish_reason": "length", "tokens_read": 2}
+    with open(path, "a") as f:
+        f.write(json.dumps(older) + "\n")
+    new, old = read_outcomes(path)
+    assert new == now
+    assert old.headers_s is None and old.token_times_s == [0.2, 0.3]
+    assert (old.finish_reason, old.tokens_read) == ("length", 2)

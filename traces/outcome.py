@@ -17,6 +17,8 @@ class RequestOutcome:
     admitted_s: float | None = None
     first_token_engine_s: float | None = None
     """When the engine made the first token (end of its prefill step)."""
+    headers_s: float | None = None
+    """When the client received the response headers; None when none came."""
     first_token_client_s: float | None = None
     """When the client received the first token event."""
     token_times_s: list[float] = field(default_factory=list)
@@ -56,5 +58,7 @@ def write_outcomes(path: str | Path, outcomes: list[RequestOutcome]) -> None:
 
 
 def read_outcomes(path: str | Path) -> list[RequestOutcome]:
+    """Records written by `write_outcomes`; a field added since a file was written
+    takes its default."""
     with open(path) as f:
         return [RequestOutcome(**json.loads(line)) for line in f if line.strip()]

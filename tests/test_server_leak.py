@@ -1,0 +1,108 @@
+"""Nothing leaks: 300 streams from up to 48 clients at once, replayed by the
+project's own load generator against a real uvicorn server (batch limit 8), where
+a third read to the end, half leave after 0 to 40 tokens by FIN or RST and the
+rest read slowly and leave after 3 or 10. Afterwards every admitted sequence was
+released once, the pool is whole, nothing runs, waits, pauses or is read, and the
+records say what each client did."""
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+
+from live.loadgen import PromptFiller, replay
+from live_server import held_app, running_server, stats, wait_for
+from tiny_models import VOCAB
+from traces import Client, Fixed, LeaveHow, ReadMode, Uniform, generate
+
+REQUESTS = 300
+MAX_NEW = 48
+BATCH = 8
+CLIENTS = 48
+
+
+def _clients(rng: np.random.Generator) -> list[Client]:
+    """35% read to the end; 50% leave after 0 to 40 tokens (every count, by FIN and
+    by RST); 15% read slowly (a pause per event, or a byte rate) and leave after 3
+    or 10 tokens. Shuffled, so that every kind arrives throughout."""
+    to_end = [Client()] * round(0.35 * REQUESTS)
+    leavers = [Client(leave_after_tokens=i % 41, leave_how=LeaveHow.FIN if i % 2 else LeaveHow.RST)
+               for i in range(REQUESTS // 2)]
+    slow_reading = [{"read": ReadMode.PER_EVENT, "pause_s": 0.05},
+                    {"read": ReadMode.BYTE_RATE, "bytes_per_s": 2000.0}]
+    slow = [Client(**slow_reading[i // 4 % 2], leave_after_tokens=(3, 10)[i % 2],
+                   leave_how=(LeaveHow.FIN, LeaveHow.RST)[i // 2 % 2])
+            for i in range(REQUESTS - len(to_end) - len(leavers))]
+    clients = to_end + leavers + slow
+    return [clients[i] for i in rng.permutation(REQUESTS)]
+
+
+def _trace():
+    requests = generate(rate=40.0, count=REQUESTS, prompt_lengths=Uniform(4, 12),
+                        output_lengths=Fixed(MAX_NEW), seed=11)
+    clients = _clients(np.random.default_rng(11))
+    return [replace(r, client=c) for r, c in zip(requests, clients)]
+
+
+def test_three_hundred_streams_with_leavers_and_slow_readers_leak_nothing():
+    trace = _trace()
+    app, engine, runner = held_app(max_batch=BATCH, max_waiting=CLIENTS)
+    with running_server(app) as url:
+        result = replay(url, trace, time_scale=0.5, max_connections=CLIENTS,
+                        prompt_filler=PromptFiller(low=1, high=VOCAB), timeout_s=30.0)
+
+        def settled():
+            # every request ends in the engine once, however its client left; the
+            # hub has counted the last step's tokens once it has the last end
+            s = stats(url)
+            busy = (s["running"] or s["waiting"] or s["paused"] or s["inbox"] or s["readers"]
+                    or s["streams_open"] or s["blocks_reserved"]
+                    or sum(s["finished"].values()) < REQUESTS)
+            return None if busy else s
+        after = wait_for(settled, timeout=30.0, what="every stream to end and every block back")
+
+    assert result.problems == {}
+    outcomes = {o.id: o for o in result.outcomes}
+    kinds = Counter()
+    for r in trace:
+        o, client = outcomes[r.id], r.client
+        assert o.refused is None and o.headers_s is not None, r.id
+        if not client.leaves:
+            kinds["to_end"] += 1
+            assert o.finish_reason == "length" and o.left_s is None, r.id
+            assert o.tokens_read == o.tokens_generated == MAX_NEW == len(o.token_times_s), r.id
+        else:
+            kinds["slow" if client.slow else "leaver"] += 1
+            assert o.left_s is not None and o.finish_reason is None, r.id
+            assert o.tokens_read == client.leave_after_tokens == len(o.token_times_s), r.id
+            assert o.left_s >= max(o.token_times_s, default=o.headers_s), r.id
+    assert kinds == {"to_end": 105, "leaver": 150, "slow": 45}
+    hows = Counter((c.leave_after_tokens == 0, c.leave_how) for c in (r.client for r in trace)
+                   if c.leaves)
+    assert all(hows[(at_once, how)] > 0 for at_once in (True, False) for how in LeaveHow)
+
+    # Every sequence the engine admitted was prefilled once and released once.
+    prefilled = Counter(runner.prefilled)
+    assert max(prefilled.values()) == 1
+    assert after["admissions"] == after["releases"] == len(prefilled)
+    read_a_token = sum(1 for o in result.outcomes if o.tokens_read > 0)
+    assert read_a_token <= len(prefilled) <= REQUESTS
+    # Every request ended in the engine once; those never admitted were cancelled waiting.
+    assert sum(after["finished"].values()) == REQUESTS
+    assert after["finished"].get("length", 0) >= kinds["to_end"]
+    assert after["aborts"] == {"cancelled": REQUESTS - after["finished"].get("length", 0),
+                               "slow_client": 0, "error": 0}
+
+    # The pool is whole and nothing is left anywhere.
+    assert after["blocks_free"] == after["num_blocks"] == engine.core.config.num_blocks
+    assert (after["blocks_reserved"], after["blocks_used"]) == (0, 0)
+    assert (after["running"], after["waiting"], after["paused"], after["inbox"]) == (0, 0, 0, 0)
+    assert (after["streams_open"], after["streams_in_grace"], after["readers"]) == (0, 0, 0)
+    assert after["queued_events"] == 0
+    assert engine.core.is_drained()
+
+    # Tokens made for nobody: only leavers' streams can have them, and no more than
+    # each could still have made after the tokens its client read.
+    wasted = after["tokens_after_leave"]
+    assert result.wasted_tokens_total == wasted
+    room = sum(MAX_NEW - o.tokens_read for o in result.outcomes if o.left_s is not None)
+    assert 0 <= wasted <= room
