@@ -1,20 +1,29 @@
-"""Command line: `python -m sim replay|sweep|fit ...` (see --help of each)."""
+"""Command line: `python -m sim replay|sweep|fit ...` (see --help of each).
+
+    python -m sim replay traces/samples/mixed.jsonl --policy pause --out runs/mixed
+    python -m sim sweep TRACE --param max_batch=8,16 --param rate_scale=1,2 --jobs 4
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from scheduler import BACKLOG_POLICIES
+from traces import load_trace
+from traces.load_options import add_load_options, load_options
 
 from .cost_model import ConstantCost, CostModel
 from .metrics import format_summary
 from .profile import CPU_SMOLLM2, build_profile, load_profile, save_profile
+from .progress import ReplayBar, SweepBar, wanted
 from .replay import replay
 from .settings import build_setup
-from .sweep import format_sweep, parse_param, sweep
+from .sweep import format_sweep, parse_param, sweep, write_sweep
 from .wire import WIRE_FORMATS
 
 ENGINE_DEFAULTS = {"block_size": 16, "max_batch": 32, "num_blocks": 4096}
@@ -23,16 +32,27 @@ ENGINE_DEFAULTS = {"block_size": 16, "max_batch": 32, "num_blocks": 4096}
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("replay", "sweep"):
+        args.trace = args.trace or args.trace_option
     try:
         return args.run(args)
-    except (OSError, ValueError) as e:  # bad files and settings: say what, no traceback
+    # Bad files and settings, or a missing optional extra: say what, no traceback.
+    except (OSError, ValueError, ImportError) as e:
         print(f"python -m sim {args.command}: {e}", file=sys.stderr)
         return 2
 
 
 def _replay(args) -> int:
     trace, cost, settings = _inputs(args)
-    result = replay(trace, build_setup(cost, **settings))
+    setup = build_setup(cost, **settings)
+    if wanted(args.quiet):
+        bar = ReplayBar(len(trace))
+        try:
+            result = replay(trace, setup, progress=bar)
+        finally:
+            bar.close()
+    else:
+        result = replay(trace, setup)
     print(format_summary(result.summary))
     print(f"{len(trace)} requests, {result.steps} steps, {result.wall_s:.2f} s wall")
     if args.out:
@@ -42,9 +62,7 @@ def _replay(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         write_outcomes(out / "outcomes.jsonl", result.outcomes)
         (out / "summary.json").write_text(json.dumps(result.summary.as_dict(), indent=2) + "\n")
-        (out / "setup.json").write_text(json.dumps(
-            {"trace": str(args.trace), "cost": {type(cost).__name__: asdict(cost)}, **settings},
-            indent=2) + "\n")
+        (out / "setup.json").write_text(json.dumps(_about(args, cost, settings), indent=2) + "\n")
         with open(out / "timeseries.jsonl", "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in result.series.rows())
         print(f"wrote {out}/outcomes.jsonl, summary.json, setup.json, timeseries.jsonl")
@@ -54,7 +72,16 @@ def _replay(args) -> int:
 def _sweep(args) -> int:
     trace, cost, settings = _inputs(args)
     grid = dict(parse_param(p) for p in args.param)
-    print(format_sweep(sweep(trace, cost, settings, grid)))
+    bar = SweepBar(math.prod(map(len, grid.values()))) if wanted(args.quiet) else None
+    try:
+        rows = sweep(trace, cost, settings, grid, jobs=args.jobs, ray_address=args.ray, on_done=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(format_sweep(rows))
+    if args.out:
+        paths = write_sweep(Path(args.out), rows, {**_about(args, cost, settings), "grid": grid})
+        print("wrote " + ", ".join(map(str, paths)))
     return 0
 
 
@@ -75,9 +102,7 @@ def _fit(args) -> int:
 
 def _inputs(args) -> tuple[list, CostModel, dict]:
     """The trace, the cost model and the flat settings the command line gives."""
-    from traces import load_trace  # the trace loaders are only needed here
-
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, **load_options(args))
     engine_defaults = dict(ENGINE_DEFAULTS)
     if args.constant_cost is not None:
         cost: CostModel = ConstantCost(args.constant_cost)
@@ -94,6 +119,12 @@ def _inputs(args) -> tuple[list, CostModel, dict]:
     return trace, cost, {k: v for k, v in settings.items() if v is not None}
 
 
+def _about(args, cost: CostModel, settings: dict) -> dict:
+    """What a replay's results came from, written beside them."""
+    return {"trace": str(args.trace), "load": load_options(args),
+            "cost": {type(cost).__name__: asdict(cost)}, **settings}
+
+
 _SETTING_OPTIONS = ("policy", "wire", "max_queued", "resume_at", "stall_timeout_s",
                     "max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
                     "max_prefill_tokens", "request_s", "delivery_s", "disconnect_detect_s",
@@ -101,7 +132,11 @@ _SETTING_OPTIONS = ("policy", "wire", "max_queued", "resume_at", "stall_timeout_
 
 
 def _replay_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", required=True, help="a trace in any format traces.load_trace reads")
+    trace = p.add_mutually_exclusive_group(required=True)
+    trace.add_argument("trace", nargs="?", help="a trace in any format traces.load_trace reads: "
+                       "native or Mooncake JSONL, Azure, BurstGPT or Vidur CSV (told from the file)")
+    trace.add_argument("--trace", dest="trace_option", metavar="TRACE", help="the same, as an option")
+    add_load_options(p.add_argument_group("loading the trace (as in python -m traces convert)"))
     cost = p.add_mutually_exclusive_group()
     cost.add_argument("--profile", default=CPU_SMOLLM2,
                       help=f"cost profile: a JSON path or a shipped name (default {CPU_SMOLLM2})")
@@ -120,6 +155,8 @@ def _replay_options(p: argparse.ArgumentParser) -> None:
         outside.add_argument("--" + name.replace("_", "-"), type=float)
     outside.add_argument("--transport-bytes", type=int)
     outside.add_argument("--wire", default="twinstep", choices=sorted(WIRE_FORMATS))
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (there is none either when stderr is not a terminal)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -132,7 +169,17 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("sweep", help="replay a trace under combinations of settings")
     _replay_options(p)
     p.add_argument("--param", action="append", required=True, metavar="NAME=V1,V2,...",
-                   help="a setting to vary (repeat for a grid), e.g. max_batch=8,16,32")
+                   help="a setting to vary (repeat for a grid), e.g. max_batch=8,16,32, "
+                   "policy=unbounded,pause, num_blocks=512,1024, rate_scale=0.5,1,2 (arrivals "
+                   "that many times as fast)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                       help="replays at once, on local processes (default: the CPU count)")
+    where.add_argument("--ray", metavar="ADDRESS",
+                       help="run the replays on the Ray cluster at ADDRESS ('auto', 'ray://host:10001', "
+                       "or 'local' to start one here); needs the ray extra, and this package "
+                       "on the cluster's workers")
+    p.add_argument("--out", help="write sweep.csv and sweep.json (every summary figure) here")
     p.set_defaults(run=_sweep)
     p = commands.add_parser("fit", help="fit a cost profile from a live step log")
     p.add_argument("step_log")

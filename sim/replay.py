@@ -41,8 +41,17 @@ Probe = Callable[[simpy.Environment, Scheduler], Iterable]
 """A SimPy process body run beside the replay, e.g. to look at the core at given
 times; it must end."""
 
+Progress = Callable[[float, int], None]
+"""Told now and then the simulated time and how many requests have finished
+(refused, left, or read to their last event)."""
 
-def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = None) -> Replay:
+PROGRESS_TICKS = 200
+"""Progress is told about this many times per trace span, fewer as a long drain
+goes on: a few hundred wakes whatever the trace."""
+
+
+def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = None,
+           progress: Progress | None = None) -> Replay:
     started = time.perf_counter()
     ids = [r.id for r in trace]
     if len(set(ids)) != len(ids):
@@ -53,10 +62,13 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
     engine = SimEngine(env, core, setup.cost, series)
     hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake)
     clients = [SimClient(env, r, hub, setup.overheads) for r in trace]
-    env.process(_arrivals(env, sorted(clients, key=lambda c: c.request.arrival_s)))
+    arriving = sorted(clients, key=lambda c: c.request.arrival_s)
+    env.process(_arrivals(env, arriving))
     env.process(engine.run(hub))
     if probe is not None:
         env.process(probe(env, core))
+    if progress is not None and arriving:
+        env.process(_tell_progress(env, arriving, progress))
     env.run()
     if not core.is_drained():
         raise ReplayNotDrained(f"the core is not drained after the replay: {core.summary()}")
@@ -74,3 +86,25 @@ def _arrivals(env: simpy.Environment, clients: list[SimClient]):
         if delay > 0:
             yield env.timeout(delay)
         env.process(client.run())
+
+
+def _tell_progress(env: simpy.Environment, arriving: list[SimClient], progress: Progress):
+    """Wakes every 1/PROGRESS_TICKS of the trace's span (or of the time simulated so
+    far, once that is longer), looks only at clients in flight, and ends when nothing
+    else is left to happen. It changes nothing, so the replay is the same without it."""
+    span = max(arriving[-1].request.arrival_s, 1.0)
+    upcoming = iter(arriving)
+    next_client = next(upcoming, None)
+    in_flight: list[SimClient] = []
+    finished = 0
+    while True:
+        yield env.timeout(max(span, env.now) / PROGRESS_TICKS)
+        while next_client is not None and next_client.request.arrival_s <= env.now:
+            in_flight.append(next_client)
+            next_client = next(upcoming, None)
+        going = [c for c in in_flight if not c.done]
+        finished += len(in_flight) - len(going)
+        in_flight = going
+        progress(env.now, finished)
+        if env.peek() == float("inf"):
+            return

@@ -17,37 +17,11 @@ from .client_mix import ClientMix
 from .generate import generate
 from .jsonl import write_trace
 from .lengths import SPECS, parse_lengths
-from .load import FORMATS, load_trace
+from .load import load_trace
+from .load_options import add_load_options, load_options
 from .record import LeaveHow
 from .shaping import shape
 from .stats import format_stats, trace_stats
-
-# (option, type, help) of the loader options convert and stats pass to load_trace.
-_LOAD_OPTIONS = [
-    ("--format", str, f"the input's format, when not detected: {', '.join(FORMATS)}"),
-    ("--time-scale", float, "multiply inter-arrival times (0.5 = twice as fast)"),
-    ("--start-s", float, "keep arrivals from this second of the trace (and start there)"),
-    ("--end-s", float, "keep arrivals before this second of the trace"),
-    ("--sample", float, "keep this fraction of the requests, chosen at random"),
-    ("--seed", int, "seed for --sample and for --rate arrivals (default 0)"),
-    ("--limit", int, "keep the first N requests"),
-    ("--max-prompt-tokens", int, "clamp prompt lengths to this"),
-    ("--max-new-tokens", int, "clamp output lengths to this"),
-    ("--model", str, "BurstGPT: keep only this model (e.g. ChatGPT, GPT-4)"),
-    ("--log-type", str, "BurstGPT: keep only this log type (e.g. 'Conversation log')"),
-    ("--rate", float, "length-only Vidur files: Poisson arrivals at this rate (default: all at 0)"),
-]
-
-
-def _add_load_options(p: argparse.ArgumentParser) -> None:
-    for flag, kind, help_text in _LOAD_OPTIONS:
-        p.add_argument(flag, type=kind, help=help_text)
-
-
-def _load_options(args: argparse.Namespace) -> dict:
-    names = [flag[2:].replace("-", "_") for flag, _, _ in _LOAD_OPTIONS]
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m traces", description="Make, convert and "
@@ -78,11 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     convert = commands.add_parser("convert", help="a public trace (or a native one) to native JSONL")
     convert.add_argument("input")
     convert.add_argument("-o", "--output", required=True, help="the JSONL file to write")
-    _add_load_options(convert)
+    add_load_options(convert)
 
     stats = commands.add_parser("stats", help="a summary table of a trace in any format")
     stats.add_argument("input")
-    _add_load_options(stats)
+    add_load_options(stats)
     return parser
 
 
@@ -106,13 +80,13 @@ def _generate(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
-    requests = load_trace(args.input, **_load_options(args))
+    requests = load_trace(args.input, **load_options(args))
     write_trace(args.output, requests)
     print(f"wrote {len(requests)} requests to {args.output}")
 
 
 def _stats(args: argparse.Namespace) -> None:
-    print(format_stats(trace_stats(load_trace(args.input, **_load_options(args)))))
+    print(format_stats(trace_stats(load_trace(args.input, **load_options(args)))))
 
 
 def main(argv: list[str] | None = None) -> int:
