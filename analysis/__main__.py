@@ -3,72 +3,99 @@ from the live server on the same trace."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
+import httpx
+
+from live.engine_info import hardware_name
 from sim import load_profile
 from traces import SAMPLES_DIR, load_trace
 
 from .calibrate import cached_profile_path, calibrate
 from .compare import compare
+from .live_target import LiveTarget
 from .plots import write_plots
 from .report import rows, text_table, write_report
 from .serve_options import ServeOptions
+from .server_info import SettingsDisagree
 
 DEFAULT_TRACE = SAMPLES_DIR / "mixed.jsonl"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
     d = ServeOptions()
-    g = p.add_argument_group("the server (the same settings drive the simulator)")
-    g.add_argument("--model", default=d.model, help="HF directory or .gguf; none: the embedded SmolLM2")
-    g.add_argument("--device", default=d.device, choices=["cpu", "cuda"])
-    g.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16"])
-    g.add_argument("--threads", type=int, default=d.threads, help="torch threads in the server")
-    g.add_argument("--max-batch", type=int, default=d.max_batch)
-    g.add_argument("--num-blocks", type=int, default=d.num_blocks)
-    g.add_argument("--block-size", type=int, default=d.block_size)
-    g.add_argument("--max-waiting", type=int, default=d.max_waiting)
-    g.add_argument("--policy", default=d.policy)
-    g.add_argument("--max-queued", type=int, default=d.max_queued)
-    g.add_argument("--stall-timeout-s", type=float, default=d.stall_timeout_s)
+    p.add_argument("--url", help="a server already running (http://host:port[/prefix]): none is "
+                                 "started, its settings are read from it, and serve flags "
+                                 "given must agree with them")
+    g = p.add_argument_group("the server to start (the same settings drive the simulator)")
+    # Unset flags stay absent, so that with --url only those given are checked.
+    unset = argparse.SUPPRESS
+    g.add_argument("--model", default=unset,
+                   help="HF directory or .gguf (default: the embedded SmolLM2)")
+    g.add_argument("--device", default=unset, choices=["cpu", "cuda"], help=f"(default: {d.device})")
+    g.add_argument("--dtype", default=unset, choices=["float32", "bfloat16"],
+                   help=f"(default: {d.dtype})")
+    g.add_argument("--threads", type=int, default=unset,
+                   help=f"torch threads in the server (default: {d.threads})")
+    for name, kind in (("max_batch", int), ("num_blocks", int), ("block_size", int),
+                       ("max_waiting", int), ("policy", str), ("max_queued", int),
+                       ("stall_timeout_s", float)):
+        g.add_argument(f"--{name.replace('_', '-')}", type=kind, default=unset,
+                       help=f"(default: {getattr(d, name)})")
     p.add_argument("--out", type=Path, default=Path("runs/twin"), help="where reports go")
 
 
-def _options(args) -> ServeOptions:
-    return ServeOptions(model=args.model, device=args.device, dtype=args.dtype,
-                        threads=args.threads, max_batch=args.max_batch, num_blocks=args.num_blocks,
-                        block_size=args.block_size, max_waiting=args.max_waiting,
-                        policy=args.policy, max_queued=args.max_queued,
-                        stall_timeout_s=args.stall_timeout_s)
+def _server(args) -> ServeOptions | str:
+    """The settings to start a server with, or the URL of one running whose
+    settings agree with every serve flag given."""
+    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeOptions)
+             if hasattr(args, f.name)}
+    if args.url is None:
+        return ServeOptions(**flags)
+    with LiveTarget(args.url) as target:
+        disagree = target.info.disagreements(flags)
+    if disagree:
+        raise SettingsDisagree(f"the server at {args.url} does not run what was asked: "
+                               + "; ".join(disagree))
+    return args.url
+
+
+def _profile_key(server: ServeOptions | str) -> tuple[str, str, str]:
+    """The hardware, model and dtype a cached profile of `server` is named after."""
+    if isinstance(server, str):
+        with LiveTarget(server) as target:
+            return target.info.hardware, target.info.model, target.info.dtype
+    return hardware_name(server.device), server.model_name, server.dtype
 
 
 def run_calibrate(args) -> int:
-    _, path = calibrate(_options(args), args.out)
+    _, path = calibrate(_server(args), args.out)
     print(f"profile written to {path}")
     return 0
 
 
 def run_compare(args) -> int:
-    options = _options(args)
+    server = _server(args)
     trace = load_trace(args.trace)
     if args.profile:
         profile = load_profile(args.profile)
     else:
-        cached = cached_profile_path(options, Path(options.model).stem if options.model else EMBEDDED_NAME)
+        cached = cached_profile_path(*_profile_key(server))
         if cached.exists() and not args.recalibrate:
-            print(f"using the profile measured earlier on this machine: {cached}")
+            print(f"using the profile measured earlier on this hardware: {cached}")
             profile = load_profile(cached)
         else:
-            profile, _ = calibrate(options, args.out)
-    comparison = compare(trace, profile, options, args.out)
+            profile, _ = calibrate(server, args.out)
+    comparison = compare(trace, profile, server, args.out)
     table = rows(comparison)
     plots = write_plots(comparison, args.out)
-    header = (f"Trace `{args.trace}` ({len(trace)} requests); model {profile.model} on "
-              f"{profile.hardware}, {profile.dtype}; max batch {options.max_batch}, policy "
-              f"{options.policy}. Profile fitted on {profile.steps} steps (held-out MAPE "
-              f"{profile.fit['mape']:.1%}).")
+    info = comparison.server
+    header = (f"Trace `{args.trace}` ({len(trace)} requests); model {info.model} on "
+              f"{info.hardware}, {info.dtype}; max batch {info.scheduler['max_batch']}, policy "
+              f"{info.policy['name']}. Profile fitted on {profile.steps} steps (held-out MAPE "
+              f"{profile.fit['mape']:.1%}) on {profile.hardware}.")
     report = write_report(comparison, table, args.out, header, plots)
     print()
     print(text_table(table))
@@ -91,7 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--profile", help="a profile JSON; none: calibrate here (cached)")
         p.set_defaults(func=run_compare, recalibrate=recalibrate)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SettingsDisagree as exc:
+        print(f"python -m analysis: {exc}", file=sys.stderr)
+        return 2
+    except httpx.HTTPError as exc:
+        print(f"python -m analysis: the server did not answer as expected: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

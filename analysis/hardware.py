@@ -1,25 +1,18 @@
-"""A short name for the machine a profile was measured on."""
+"""How a profile is named after the server it was measured on: its hardware
+(as the server describes it), model and dtype."""
 from __future__ import annotations
 
-import os
-import platform
 import re
 
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
-def hardware_name(device: str) -> str:
-    if device.startswith("cuda"):
-        import torch
 
-        return torch.cuda.get_device_name(torch.device(device)).replace("NVIDIA ", "")
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            found = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
-        if found:
-            model = found.group(1).strip()
-    except OSError:
-        pass
-    return f"{model} x{os.cpu_count()}"
+def short_dtype(dtype: str) -> str:
+    return SHORT_DTYPES[dtype]
+
+
+def profile_name(hardware: str, model: str, dtype: str) -> str:
+    return f"{slug(hardware)}-{slug(model)}-{short_dtype(dtype)}"
 
 
 def slug(text: str) -> str:

@@ -1,13 +1,8 @@
-"""The live engine's state over time, read back from its step log in the
+"""The live engine's state over time, read back from its step records in the
 simulator's `TimeSeries` form, on the replay's clock."""
 from __future__ import annotations
 
 from sim import TimeSeries
-
-
-def steps_during(steps: list[dict], started_unix: float, ended_unix: float | None = None) -> list[dict]:
-    return [s for s in steps if s["start_unix"] >= started_unix
-            and (ended_unix is None or s["start_unix"] <= ended_unix)]
 
 
 def series_from_steps(steps: list[dict], started_unix: float) -> TimeSeries:

@@ -1,9 +1,12 @@
-"""The engine settings a twin run holds fixed on both sides: the same values go
-to `python -m live serve` and to the simulator's scheduler."""
+"""The settings `python -m analysis` starts a server with: the same values go to
+`python -m live serve`, and the server then tells the simulator what it runs."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from live.models import EMBEDDED_NAME
 
 
 def spare_one_core() -> int:
@@ -35,12 +38,10 @@ class ServeOptions:
         args += ["--threads", str(self.threads)] if self.threads else []
         return args + (["--model", self.model] if self.model else [])
 
-    def sim_settings(self) -> dict:
-        """Flat settings for `sim.build_setup`."""
-        return dict(policy=self.policy, max_batch=self.max_batch, num_blocks=self.num_blocks,
-                    block_size=self.block_size, max_waiting=self.max_waiting,
-                    max_queued=self.max_queued, stall_timeout_s=self.stall_timeout_s)
-
     @property
-    def dtype_short(self) -> str:
-        return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[self.dtype]
+    def model_name(self) -> str:
+        """The name the server gives the model (a .gguf file's stem, a directory's name)."""
+        if self.model is None:
+            return EMBEDDED_NAME
+        path = Path(self.model)
+        return path.stem if self.model.endswith(".gguf") else path.name

@@ -43,10 +43,11 @@ class Engine:
     thread may `submit`, `cancel`, `pause` and `resume`."""
 
     def __init__(self, runner, tokenizer, config: SchedulerConfig, step_log: StepLog | None = None):
+        """Without a `step_log`, the steps are kept in a ring of the default size only."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.core = Scheduler(config)
-        self.step_log = step_log
+        self.step_log = step_log if step_log is not None else StepLog()
         self.eos_token_ids = frozenset(runner.eos_token_ids)
         self._texts: dict[str, TextStream] = {}
         self._prompt_lens: dict[str, int] = {}
@@ -89,11 +90,10 @@ class Engine:
             return self._convert(plan.finished, {})
         deltas, ends = self._read(plan, tokens)
         out = self._convert(self.core.commit(plan, tokens, ends), deltas)
-        if self.step_log is not None:
-            self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
-                                 plan.features, admitted=self.core.num_admitted,
-                                 waiting=self.core.num_waiting, paused=self.core.num_paused,
-                                 blocks_reserved=self.core.pool.reserved_blocks)
+        self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
+                             plan.features, admitted=self.core.num_admitted,
+                             waiting=self.core.num_waiting, paused=self.core.num_paused,
+                             blocks_reserved=self.core.pool.reserved_blocks)
         return out
 
     def _read(self, plan: StepPlan, tokens: list[int]):

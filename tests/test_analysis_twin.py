@@ -14,27 +14,15 @@ from analysis.plots import write_plots
 from analysis.report import ROWS, rows, write_report
 from analysis.serve_options import ServeOptions
 from analysis.workloads import calibration_workload
-from traces import Client, LeaveHow, ReadMode, TraceRequest, write_trace
+from traces import write_trace
 
-from tiny_models import tiny_llama
+from analysis_helpers import mixed_trace, save_tiny_llama
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, smollm2):
     """A tiny random Llama with the embedded model's tokenizer, as a HF directory."""
-    path = tmp_path_factory.mktemp("tiny-llama")
-    model = tiny_llama(vocab_size=len(smollm2.tokenizer))
-    model.config.eos_token_id = None
-    model.save_pretrained(path)
-    smollm2.tokenizer.save_pretrained(path)
-    return path
-
-
-def trace() -> list[TraceRequest]:
-    slow = Client(read=ReadMode.PER_EVENT, pause_s=0.02)
-    leaver = Client(leave_after_tokens=5, leave_how=LeaveHow.RST)
-    clients = [Client(), slow, Client(), leaver, Client(), slow, leaver, Client(), Client(), Client()]
-    return [TraceRequest(f"t{i}", 0.1 * i, 8 + 5 * i, 12 + i, client=c) for i, c in enumerate(clients)]
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smollm2.tokenizer)
 
 
 def test_calibrate_compare_and_report(model_dir, tmp_path):
@@ -46,7 +34,7 @@ def test_calibrate_compare_and_report(model_dir, tmp_path):
     assert set(saved["overheads"]) == {"request_s", "delivery_s"}
     assert 0 <= saved["fit"]["mape"] < 10
 
-    requests = trace()
+    requests = mixed_trace()
     comparison = compare(requests, profile, options, tmp_path / "cmp", log=lambda *a: None)
     for side in (comparison.live, comparison.sim):
         by_id = {o.id: o for o in side.outcomes}
@@ -84,7 +72,7 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
     options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
     _, profile = calibrate(options, tmp_path / "cal", log=lambda *a: None,
                            workload=calibration_workload(4, mixed_count=6, time_scale=0.1))
-    write_trace(tmp_path / "trace.jsonl", trace())
+    write_trace(tmp_path / "trace.jsonl", mixed_trace())
     out = subprocess.run(
         [sys.executable, "-m", "analysis", "compare", "--model", str(model_dir), "--threads", "1",
          "--max-batch", "4", "--num-blocks", "128", "--trace", str(tmp_path / "trace.jsonl"),

@@ -1,0 +1,93 @@
+"""The live server a calibration or a comparison drives: one the analysis starts
+(`ServeOptions`), or one already running at a URL, maybe on another host behind a
+gateway. Either way it is known by what it says over HTTP: `/v1/engine` for what
+it runs, `/v1/steps` for its step records."""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from .serve_options import ServeOptions
+from .serve_process import live_server
+from .server_info import ServerInfo
+
+CLOCK_PROBES = 5
+
+
+class LiveTarget:
+    def __init__(self, url: str, timeout_s: float = 60.0):
+        self.url = url.rstrip("/")
+        # trust_env off, as in the load generator: no proxy from the environment
+        # between the analysis and the server it measures
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, trust_env=False)
+        self.info, self.clock_offset_s = self._probe()
+
+    def describe(self) -> ServerInfo:
+        response = self._http.get("/v1/engine")
+        response.raise_for_status()
+        return ServerInfo.from_json(response.json())
+
+    def last_step(self) -> int:
+        """The newest step the server has recorded: a replay's steps come after it."""
+        return self.describe().steps["last"]
+
+    def steps_after(self, step: int) -> list[dict]:
+        """The records of the steps after `step` up to the newest one now (not those
+        other clients make while they are read), page by page, with `start_unix`
+        moved onto this host's clock."""
+        last = self.last_step()
+        records: list[dict] = []
+        while step < last:
+            response = self._http.get("/v1/steps", params={"after": step})
+            if response.status_code == 410:
+                raise RuntimeError(
+                    f"the server at {self.url} no longer keeps the steps of this run "
+                    f"({response.json()['error']['message']}); start it with a larger step ring")
+            response.raise_for_status()
+            page = [r for r in map(json.loads, response.text.splitlines()) if r["step"] <= last]
+            for record in page:
+                record["start_unix"] -= self.clock_offset_s
+            records += page
+            if not page:
+                break
+            step = page[-1]["step"]
+        return records
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> LiveTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _probe(self) -> tuple[ServerInfo, float]:
+        """The server's description, and how far its clock is ahead of this host's:
+        from the quickest of a few round trips, taking its `time_unix` as read
+        halfway through. An offset within that half round trip is no offset (the
+        clocks of one host, or of hosts kept in step)."""
+        best = None
+        for _ in range(CLOCK_PROBES):
+            sent = time.time()
+            info = self.describe()
+            received = time.time()
+            if best is None or received - sent < best[0]:
+                best = (received - sent, info, info.time_unix - (sent + received) / 2)
+        round_trip, info, offset = best
+        return info, offset if abs(offset) > round_trip / 2 else 0.0
+
+
+@contextlib.contextmanager
+def live_target(server: ServeOptions | str, log_path: Path) -> Iterator[LiveTarget]:
+    """`server` is the settings to start one with (its output goes to `log_path`),
+    or the URL of one already running, which is left running."""
+    with contextlib.ExitStack() as stack:
+        url = server if isinstance(server, str) else stack.enter_context(
+            live_server(server.serve_args(), log_path))
+        yield stack.enter_context(LiveTarget(url))

@@ -1,0 +1,107 @@
+"""What the server tells a simulator about itself: `GET /v1/engine` (the model,
+where it runs, every setting of admission, batching and streams) and
+`GET /v1/steps` (the step records, from a bounded ring, with or without a file)."""
+import json
+import os
+
+import httpx
+import pytest
+import torch
+
+from live.serve_config import ServeSettings
+
+from analysis_helpers import save_tiny_llama
+from live_server import RawStream, running_server, tiny_app, wait_idle
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, smollm2):
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smollm2.tokenizer)
+
+
+def steps(url: str, **params) -> list[dict]:
+    r = httpx.get(url + "/v1/steps", params=params)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/x-ndjson"
+    return [json.loads(line) for line in r.text.splitlines()]
+
+
+def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
+    settings = ServeSettings(model=str(model_dir), max_batch=3, num_blocks=40, block_size=8,
+                             max_waiting=9, policy="pause", max_queued=7, resume_grace_s=2.0,
+                             keepalive_s=5.0, step_ring=50)
+    with running_server(settings) as url:
+        info = httpx.get(url + "/v1/engine").json()
+        assert (info["model"], info["device"], info["dtype"]) == (model_dir.name, "cpu", "float32")
+        assert info["hardware"].endswith(f" x{os.cpu_count()}")
+        assert info["torch_threads"] == torch.get_num_threads()
+        assert info["scheduler"] == {"num_blocks": 40, "block_size": 8, "max_batch": 3,
+                                     "max_waiting": 9, "max_model_len": 256,
+                                     "max_prefill_tokens": None}
+        assert info["policy"] == {"name": "pause", "max_queued": 7, "resume_at": None}
+        assert info["streams"] == {"max_queued": 7, "stall_timeout_s": 30.0,
+                                   "resume_grace_s": 2.0, "keepalive_s": 5.0,
+                                   "replay_events": 256, "event_padding": 0}
+        assert info["steps"] == {"ring": 50, "last": 0}
+
+        httpx.post(url + "/v1/stream", json={"prompt": "hello", "max_new_tokens": 6})
+        wait_idle(url)
+        records = steps(url)
+        assert len(records) == 6  # a prefill, then five decodes of the one sequence
+        assert httpx.get(url + "/v1/engine").json()["steps"]["last"] == records[-1]["step"]
+
+
+def test_steps_account_for_every_token_and_page_after_a_step():
+    app, engine = tiny_app()
+    prompts = {"a": ("first prompt", 9), "b": ("second, longer prompt", 5), "c": ("x", 7)}
+    with running_server(app) as url:
+        clients = [RawStream(url, "/v1/stream", {"prompt": p, "max_new_tokens": n})
+                   for p, n in prompts.values()]
+        for client in clients:
+            client.read_to_end()
+            client.close()
+        wait_idle(url)
+        records = steps(url)
+        numbers = [r["step"] for r in records]
+        assert numbers == sorted(set(numbers)) and numbers[0] >= 1
+        assert sum(r["num_prefills"] for r in records) == 3
+        assert sum(r["prefill_tokens"] for r in records) == sum(len(p) for p, _ in prompts.values())
+        assert sum(r["num_prefills"] + r["decode_batch"] for r in records) == 9 + 5 + 7
+        assert all(r["duration_s"] > 0 and r["device"] == "cpu" for r in records)
+        assert records[-1]["admitted"] == records[-1]["waiting"] == 0
+
+        middle = numbers[len(numbers) // 2]
+        assert steps(url, after=middle) == [r for r in records if r["step"] > middle]
+        assert steps(url, after=numbers[0], limit=2) == records[1:3]
+        assert steps(url, after=numbers[-1]) == []
+
+
+def test_steps_refuse_a_query_that_makes_no_sense():
+    app, _ = tiny_app()
+    with running_server(app) as url:
+        for params, param in (({"after": "-1"}, "after"), ({"after": "two"}, "after"),
+                              ({"limit": "0"}, "limit"), ({"limit": "10001"}, "limit")):
+            r = httpx.get(url + "/v1/steps", params=params)
+            assert r.status_code == 400, params
+            assert r.json()["error"]["param"] == param
+
+
+def test_steps_that_fell_out_of_the_ring_are_gone_while_the_file_keeps_them(model_dir, tmp_path):
+    path = tmp_path / "steps.jsonl"
+    settings = ServeSettings(model=str(model_dir), num_blocks=64, step_ring=4, step_log=str(path))
+    with running_server(settings) as url:
+        httpx.post(url + "/v1/stream", json={"prompt": "hello", "max_new_tokens": 10})
+        wait_idle(url)
+        assert httpx.get(url + "/v1/engine").json()["steps"] == {"ring": 4, "last": 10}
+
+        gone = httpx.get(url + "/v1/steps", params={"after": 0})
+        assert gone.status_code == 410
+        assert gone.headers["x-steps-lost-through"] == "6"
+        assert "steps 1 to 6 fell out of the ring of the last 4 steps" in gone.json()["error"]["message"]
+        assert httpx.get(url + "/v1/steps", params={"after": 5}).status_code == 410
+
+        kept = steps(url, after=6)
+        assert [r["step"] for r in kept] == [7, 8, 9, 10]
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in written] == list(range(1, 11))
+    assert written[-4:] == kept
