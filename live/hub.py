@@ -257,8 +257,13 @@ class Hub:
         self._step_started = time.time()
 
     def after_step(self) -> None:
-        # taken between steps by the stepping thread: the one consistent view
-        self._between_steps = self._core_view()
+        # Taken between steps by the stepping thread (the one consistent view), and
+        # handed to the loop behind the step's events: /stats never shows the core
+        # idle while the last tokens are still on their way to the streams.
+        self._loop.call_soon_threadsafe(self._take_view, self._core_view())
+
+    def _take_view(self, view: tuple[StepSummary, int, int]) -> None:
+        self._between_steps = view
 
     def _core_view(self) -> tuple[StepSummary, int, int]:
         pool = self.engine.core.pool

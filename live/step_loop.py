@@ -48,14 +48,16 @@ class StepLoop:
             if self._before_step is not None:
                 self._before_step()
             events = engine.step()
+            if events:
+                try:
+                    self._deliver(events)
+                except Exception:
+                    log.exception("delivering step events failed")
+            # after the delivery, so that a view of the core it refreshes is never
+            # newer than the events handed on before it
             if self._after_step is not None:
                 self._after_step()
             if not events:
                 # nothing could run (all paused, or waiting on a held slot): only a
                 # wish can change that
                 inbox.wait(timeout=1.0)
-                continue
-            try:
-                self._deliver(events)
-            except Exception:
-                log.exception("delivering step events failed")
