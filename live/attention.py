@@ -1,13 +1,16 @@
 """Attention for prefill (causal, over a prompt's fresh K/V) and for decode (one
 query per sequence, reading its context from the paged cache through its block
-table). `paged_decode_attention` is the seam where a GPU kernel plugs in: it takes
-the cache, the block tables and the context lengths, nothing padded.
+table). `decode_attention_for` is the one place the decode attention is chosen:
+`paged_decode_attention` here, the reference, or on CUDA the Triton kernel of
+`triton_attention`; both take the cache, the block tables and the context lengths.
 
 Shapes: q `[tokens, heads, head_dim]`, k and v `[tokens, kv_heads, head_dim]`;
 grouped-query attention when kv_heads < heads."""
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +56,36 @@ class PagedContext:
         mask = torch.where(slot_pos < lens[:, None], 0.0, float("-inf"))
         return cls(torch.tensor(ids, dtype=torch.long, device=device), owner_t,
                    torch.tensor(grid, dtype=torch.long, device=device), mask, len(counts), widest)
+
+
+class DecodeAttention(Protocol):
+    """How decoding sequences attend to their paged contexts: `context` turns the
+    step's block tables and context lengths into the form the attention reads."""
+
+    def context(self, block_tables: list[list[int]], context_lens: list[int]): ...
+
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, context,
+                 scale: float) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class ReferenceDecodeAttention:
+    block_size: int
+    device: torch.device
+
+    def context(self, block_tables: list[list[int]], context_lens: list[int]) -> PagedContext:
+        return PagedContext.build(block_tables, context_lens, self.block_size, self.device)
+
+    def __call__(self, q, k_cache, v_cache, context: PagedContext, scale: float) -> torch.Tensor:
+        return paged_decode_attention(q, k_cache, v_cache, context, scale)
+
+
+def decode_attention_for(device: torch.device, block_size: int) -> DecodeAttention:
+    """The Triton kernel on CUDA when triton is installed, else the reference."""
+    if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
+        from .triton_attention import TritonDecodeAttention
+        return TritonDecodeAttention(device)
+    return ReferenceDecodeAttention(block_size, device)
 
 
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

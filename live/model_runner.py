@@ -1,5 +1,9 @@
 """Executes the core's step plans with a model over the paged KV cache: prefill the
-admitted prompts, then one batched decode of every running sequence."""
+admitted prompts, then one batched decode of every running sequence.
+
+On CUDA the decode attention is the Triton kernel (`attention.decode_attention_for`)
+and, when asked for, decode-only steps replay CUDA graphs (`cuda_graphs`); the
+device time of each step is measured with CUDA events."""
 from __future__ import annotations
 
 import torch
@@ -7,16 +11,19 @@ import torch
 from scheduler import Sequence, StepPlan
 
 from .architectures import build_architecture, kv_layout
-from .attention import PagedContext, PromptSpans, paged_decode_attention, prefill_attention
+from .attention import (PromptSpans, ReferenceDecodeAttention, decode_attention_for,
+                        prefill_attention)
 from .kv_cache import PagedKVCache, blocks_for_budget, slot_mapping
-from .models import LoadedModel, eos_token_ids
+from .models import LoadedModel, eos_token_ids, max_model_len
 from .sampler import Sampler
 
 
 class ModelRunner:
     def __init__(self, loaded_or_model: LoadedModel | torch.nn.Module, num_blocks: int,
                  block_size: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, seed: int = 0):
+                 dtype: torch.dtype = torch.float32, seed: int = 0, cuda_graph_max_batch: int = 0):
+        """`cuda_graph_max_batch` above 0 captures decode steps of up to that many
+        sequences as CUDA graphs (CUDA with Triton only)."""
         if isinstance(loaded_or_model, LoadedModel):
             model = loaded_or_model.model
             self.eos_token_ids = loaded_or_model.eos_token_ids
@@ -27,8 +34,22 @@ class ModelRunner:
         self.block_size = block_size
         self.vocab_size = model.config.vocab_size
         self.arch = build_architecture(model, self.device, dtype)
-        self.cache = PagedKVCache(self.arch.layout, num_blocks, block_size, self.device, dtype)
+        self.decode_attention = decode_attention_for(self.device, block_size)
+        if cuda_graph_max_batch and isinstance(self.decode_attention, ReferenceDecodeAttention):
+            raise ValueError(f"CUDA graphs need a CUDA device with triton installed "
+                             f"(device {self.device})")
+        # The block past the pool's ids takes the K/V writes of rows that pad a graph's batch.
+        spare = 1 if cuda_graph_max_batch else 0
+        self.cache = PagedKVCache(self.arch.layout, num_blocks + spare, block_size, self.device, dtype)
         self.sampler = Sampler(seed)
+        self.last_device_s: float | None = None  # of the last `execute`, on CUDA only
+        self.graphs = None
+        if cuda_graph_max_batch:
+            from .cuda_graphs import DecodeGraphs
+            widest = min(num_blocks, -(-max_model_len(model.config) // block_size))
+            with torch.inference_mode():
+                self.graphs = DecodeGraphs(self._decode_forward, cuda_graph_max_batch, widest,
+                                           num_blocks * block_size, self.device)
 
     @staticmethod
     def blocks_for_budget(loaded_or_model: LoadedModel | torch.nn.Module, budget_bytes: int,
@@ -40,7 +61,15 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> list[int]:
         """One token per sequence, in `plan.prefills + plan.decodes` order."""
-        return self.sampler.sample(self.forward_logits(plan), plan.sequences)
+        if self.device.type != "cuda":
+            return self.sampler.sample(self.forward_logits(plan), plan.sequences)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        tokens = self.sampler.sample(self.forward_logits(plan), plan.sequences)
+        end.record()
+        end.synchronize()
+        self.last_device_s = start.elapsed_time(end) / 1000
+        return tokens
 
     def forget(self, seq_id: str) -> None:
         """Drop what the runner keeps for a finished sequence (its sampling state)."""
@@ -75,7 +104,8 @@ class ModelRunner:
         last_rows = [s + n - 1 for s, n in zip(starts, lengths)]
         context = None
         if decodes:
-            d_ids, d_positions, d_slots, context = self._decode_inputs(decodes)
+            d_ids, d_positions, d_slots, tables, lens = self._decode_rows(decodes)
+            context = self.decode_attention.context(tables, lens)
             ids += d_ids
             positions += d_positions
             slots += d_slots
@@ -87,8 +117,8 @@ class ModelRunner:
             out = prefill_attention(q[:packed], k[:packed], v[:packed], spans, scale)
             if context is None:
                 return out
-            decoded = paged_decode_attention(q[packed:], self.cache.keys[layer],
-                                             self.cache.values[layer], context, scale)
+            decoded = self.decode_attention(q[packed:], self.cache.keys[layer],
+                                            self.cache.values[layer], context, scale)
             return torch.cat([out, decoded])
 
         return self.arch.forward(self._tensor(ids), self._tensor(positions), attend,
@@ -97,26 +127,30 @@ class ModelRunner:
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token per sequence (its last, at position num_tokens - 1) attending to
         its whole context through its block table. The one place a decode-only step
-        runs, so a captured CUDA graph can stand in for it."""
-        ids, positions, slots, context = self._decode_inputs(seqs)
-        slots_t = self._tensor(slots)
+        runs: from a captured CUDA graph when one holds the batch."""
+        ids, positions, slots, tables, lens = self._decode_rows(seqs)
+        if self.graphs is not None and self.graphs.fits(tables):
+            return self.graphs.run(ids, positions, slots, tables, lens)
+        return self._decode_forward(self._tensor(ids), self._tensor(positions), self._tensor(slots),
+                                    self.decode_attention.context(tables, lens))
 
+    def _decode_forward(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                        context) -> torch.Tensor:
         def attend(layer, q, k, v, scale):
-            self.cache.write(layer, slots_t, k, v)
-            return paged_decode_attention(q, self.cache.keys[layer], self.cache.values[layer],
-                                          context, scale)
+            self.cache.write(layer, slots, k, v)
+            return self.decode_attention(q, self.cache.keys[layer], self.cache.values[layer],
+                                         context, scale)
 
-        return self.arch.forward(self._tensor(ids), self._tensor(positions), attend, None)
+        return self.arch.forward(ids, positions, attend, None)
 
-    def _decode_inputs(self, seqs: list[Sequence]):
-        """Token ids, positions and cache slots of the decoding sequences, and where
-        their contexts live."""
+    def _decode_rows(self, seqs: list[Sequence]):
+        """Token ids, positions and cache slots of the decoding sequences, their block
+        tables and context lengths."""
         positions = [seq.num_tokens - 1 for seq in seqs]
         slots = [slot_mapping(seq.block_table, p, p + 1, self.block_size)[0]
                  for seq, p in zip(seqs, positions)]
-        context = PagedContext.build([seq.block_table for seq in seqs],
-                                     [seq.num_tokens for seq in seqs], self.block_size, self.device)
-        return [seq.last_token for seq in seqs], positions, slots, context
+        return ([seq.last_token for seq in seqs], positions, slots,
+                [seq.block_table for seq in seqs], [seq.num_tokens for seq in seqs])
 
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU check, in one go on a machine with torch, transformers and triton (no
+# network needed): the fast-path tests (Triton attention against the reference,
+# CUDA-graph decode against the CPU runner, the pool after cancels and pauses),
+# then the benchmark. Everything lands in $OUT; a markdown table is printed last.
+#
+#   OUT=/some/dir bash benchmarks/gpu_check.sh            # on the GPU
+#   DEVICE=cpu bash benchmarks/gpu_check.sh               # dry run on a CPU
+#
+# pytest comes from the interpreter, or else from the wheels in $GPU_WHEELS
+# (default out/gpu-wheels; fill it with `pip download pytest -d out/gpu-wheels`),
+# installed into a scratch folder, never into the system.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu-check}
+PYTHON=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+GPU_WHEELS=${GPU_WHEELS:-out/gpu-wheels}
+TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-180}
+BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-270}
+BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-180}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
+  "$PYTHON" -c 'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__,
+"cuda", torch.version.cuda, torch.cuda.is_available(), "transformers", transformers.__version__)'
+  "$PYTHON" -c 'import triton; print("triton", triton.__version__)' || echo "triton: not importable"
+  echo "C compiler for Triton's launcher: $(command -v cc || command -v gcc || echo none)"
+} 2>&1 | tee "$OUT/env.log"
+
+if ! "$PYTHON" -c 'import pytest' 2>/dev/null; then
+  deps=$(mktemp -d)
+  "$PYTHON" -m pip install -q --no-index --find-links "$GPU_WHEELS" --target "$deps" pytest \
+    2>&1 | tee -a "$OUT/env.log"
+  export PYTHONPATH="$PYTHONPATH:$deps"
+fi
+
+bench_args=(--device "$DEVICE" --out "$OUT" --deadline-s "$BENCH_DEADLINE_S")
+if [ "$DEVICE" = cpu ]; then
+  bench_args+=(--tiny)
+  export TRITON_INTERPRET=1  # before triton is first imported: kernels then run on CPU tensors
+fi
+
+timeout "$TEST_TIMEOUT_S" "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" \
+  --junitxml="$OUT/tests.xml" tests/test_gpu_fastpath.py tests/test_triton_attention.py \
+  tests/test_gpu_memory.py > "$OUT/tests.log" 2>&1
+tests_rc=$?
+tail -n 15 "$OUT/tests.log"
+
+timeout "$BENCH_TIMEOUT_S" "$PYTHON" benchmarks/bench_gpu.py "${bench_args[@]}" > "$OUT/bench.log" 2>&1
+bench_rc=$?
+grep -E "^[0-9-]+ [0-9:,]+ \{" "$OUT/bench.log" | cut -c 1-200 | tail -n 40
+
+echo
+echo "tests: exit $tests_rc, $(tail -n 1 "$OUT/tests.log")"
+echo "bench: exit $bench_rc$([ "$bench_rc" = 124 ] && echo ", stopped at ${BENCH_TIMEOUT_S}s with its figures so far")"
+echo
+"$PYTHON" benchmarks/bench_gpu.py --out "$OUT" --table 2>&1

@@ -1,0 +1,182 @@
+"""The CUDA fast path (Triton decode attention, decode steps replayed from CUDA
+graphs) against the CPU reference runner: logits of mixed steps whose contexts
+span several blocks, greedy tokens alone and concurrent, the pool after cancels
+and pauses. Off CUDA only the first tests run: the runner takes the reference path
+and refuses graphs. Nothing here needs simpy, starlette or uvicorn."""
+import pytest
+import torch
+
+from live.attention import ReferenceDecodeAttention
+from live.engine import Engine, TokenOut
+from live.model_runner import ModelRunner
+from scheduler import FinishReason, Scheduler, SchedulerConfig
+from tiny_models import BUILDERS, drive, prompt, request, tiny_gpt2, tiny_llama
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+
+FAMILIES = {
+    **BUILDERS,
+    # SmolLM2's grouping: three query heads per KV head
+    "llama-group-3": lambda: tiny_llama(hidden_size=96, num_attention_heads=6, num_key_value_heads=2),
+}
+ARRIVALS = {  # step -> (id, prompt length, new tokens): up to 6 decoding at once
+    0: [("a", 5, 14), ("b", 19, 10)],
+    1: [("c", 1, 12)],
+    3: [("d", 33, 9), ("e", 7, 6)],
+    6: [("f", 12, 8)],
+}
+GRAPH_BATCH = 8  # captured sizes 1, 2, 4, 8: batches of 3, 5 and 6 replay padded
+NUM_BLOCKS = 96
+
+
+def arrivals():
+    return {step: [request(i, prompt(n, seed=len(i) + n), new) for i, n, new in reqs]
+            for step, reqs in ARRIVALS.items()}
+
+
+def count_replays(runner: ModelRunner) -> list[tuple[int, int]]:
+    """Wraps the runner's graph replay; the list grows by (batch size, longest
+    context) of each replayed step."""
+    replays, run = [], runner.graphs.run
+
+    def counted(ids, positions, slots, block_tables, context_lens):
+        replays.append((len(ids), max(context_lens)))
+        return run(ids, positions, slots, block_tables, context_lens)
+
+    runner.graphs.run = counted
+    return replays
+
+
+def test_the_cpu_takes_the_reference_path():
+    runner = ModelRunner(tiny_llama(), num_blocks=16, block_size=4)
+    core = Scheduler(SchedulerConfig(num_blocks=16, block_size=4))
+    outputs = drive(core, runner, {0: [request("a", prompt(6, 1), 3)]})
+    assert isinstance(runner.decode_attention, ReferenceDecodeAttention)
+    assert runner.graphs is None and runner.last_device_s is None
+    assert len(outputs["a"]) == 3 and runner.cache.keys[0].shape[0] == 16
+
+
+def test_cuda_graphs_are_refused_off_cuda():
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device with triton"):
+        ModelRunner(tiny_gpt2(), num_blocks=16, block_size=4, cuda_graph_max_batch=4)
+
+
+def test_batch_ladder():
+    pytest.importorskip("triton")
+    from live.cuda_graphs import batch_ladder
+    assert batch_ladder(1) == [1]
+    assert batch_ladder(8) == [1, 2, 4, 8]
+    assert batch_ladder(20) == [1, 2, 4, 8, 16, 20]
+    assert batch_ladder(32) == [1, 2, 4, 8, 16, 24, 32]
+    with pytest.raises(ValueError, match="at least 1"):
+        batch_ladder(0)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_fast_path_logits_equal_the_cpu_reference(family, block_size, dtype):
+    model = FAMILIES[family]()
+    core = Scheduler(SchedulerConfig(num_blocks=NUM_BLOCKS, block_size=block_size, max_batch=8))
+    fast = ModelRunner(model, NUM_BLOCKS, block_size, "cuda", dtype, cuda_graph_max_batch=GRAPH_BATCH)
+    reference = ModelRunner(model, NUM_BLOCKS, block_size)
+    from live.triton_attention import TritonDecodeAttention
+    assert isinstance(fast.decode_attention, TritonDecodeAttention)
+    replays = count_replays(fast)
+    bf16_errors = []
+
+    def execute(plan):
+        expected = reference.forward_logits(plan)
+        got = fast.forward_logits(plan)
+        assert got.device.type == "cuda" and got.dtype == dtype
+        got = got.float().cpu()
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, expected, atol=5e-4, rtol=5e-4,
+                                       msg=lambda m: f"step {plan.index}: {m}")
+        else:
+            bf16_errors.append(((got - expected).abs().amax(-1) / expected.abs().amax(-1)).max().item())
+        return reference.sampler.sample(expected, plan.sequences)
+
+    outputs = drive(core, reference, arrivals(), execute)
+
+    assert {i: len(t) for i, t in outputs.items()} == {
+        i: new for reqs in ARRIVALS.values() for i, _, new in reqs}
+    assert core.is_drained()
+    sizes = {size for size, _ in replays}
+    assert {3, 5, 6} & sizes and max(sizes) <= GRAPH_BATCH  # padded batches replayed
+    assert max(longest for _, longest in replays) > 2 * block_size
+    if dtype == torch.bfloat16:  # as close as the CPU's own bf16 path is
+        assert max(bf16_errors) < 0.1, bf16_errors
+
+
+def greedy_alone_and_together(runner: ModelRunner, block_size: int):
+    """Each request on its own, then all of them arriving at different steps, on one runner."""
+    def run(reqs_by_step):
+        core = Scheduler(SchedulerConfig(num_blocks=NUM_BLOCKS, block_size=block_size, max_batch=8))
+        out = drive(core, runner, reqs_by_step)
+        assert core.is_drained()
+        return out
+
+    alone = {}
+    for reqs in arrivals().values():
+        for req in reqs:
+            alone.update(run({0: [req]}))
+    return alone, run(arrivals())
+
+
+@needs_cuda
+@pytest.mark.parametrize("family", ["gpt2", "llama-group-3"])
+def test_greedy_tokens_concurrent_equal_alone(family):
+    runner = ModelRunner(FAMILIES[family](), NUM_BLOCKS, 4, "cuda", torch.float32,
+                         cuda_graph_max_batch=GRAPH_BATCH)
+    replays = count_replays(runner)
+    alone, together = greedy_alone_and_together(runner, 4)
+    assert together == alone
+    assert {len(t) for t in alone.values()} == {new for reqs in ARRIVALS.values() for _, _, new in reqs}
+    assert {1, 3} <= {size for size, _ in replays}
+
+
+class ByteTokenizer:
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(65 + i % 26) for i in ids)
+
+
+@needs_cuda
+def test_pool_whole_after_a_gpu_run_with_cancels_and_pauses():
+    runner = ModelRunner(tiny_llama(), NUM_BLOCKS, 4, "cuda", torch.float32,
+                         cuda_graph_max_batch=GRAPH_BATCH)
+    alone, _ = greedy_alone_and_together(runner, 4)
+    engine = Engine(runner, ByteTokenizer(),
+                    SchedulerConfig(num_blocks=NUM_BLOCKS, block_size=4, max_batch=4))
+    for reqs in arrivals().values():  # six requests, four slots: two wait
+        for req in reqs:
+            engine.submit(req.id, list(req.payload.prompt_ids), req.max_new_tokens)
+    wishes = {2: [("pause", "a"), ("cancel", "f")],   # f is still waiting
+              4: [("cancel", "b"), ("pause", "c")],
+              6: [("resume", "a"), ("cancel", "c")],  # c is cancelled while paused
+              7: [("cancel", "b")]}                   # a second cancel is harmless
+    tokens, finished, device_s = {}, {}, []
+    for n in range(200):
+        for wish, seq_id in wishes.get(n, []):
+            getattr(engine, wish)(seq_id)
+        if n > max(wishes) and not engine.has_work():
+            break
+        for e in engine.step():
+            if isinstance(e, TokenOut):
+                tokens.setdefault(e.seq_id, []).append(e.token_id)
+            else:
+                finished[e.seq_id] = e
+        device_s.append(runner.last_device_s)
+    assert engine.core.is_drained()
+    pool = engine.core.pool
+    assert pool.free_blocks == NUM_BLOCKS and pool.releases == pool.reservations == 5
+    assert {i: e.reason for i, e in finished.items()} == {
+        "a": FinishReason.LENGTH, "b": FinishReason.CANCELLED, "c": FinishReason.CANCELLED,
+        "d": FinishReason.LENGTH, "e": FinishReason.LENGTH, "f": FinishReason.CANCELLED}
+    assert "f" not in tokens
+    for seq_id in ("a", "d", "e"):  # a pause changes when tokens come, not which
+        assert tokens[seq_id] == alone[seq_id]
+    assert all(isinstance(s, float) and s > 0 for s in device_s if s is not None)
+    assert runner.last_device_s is not None
