@@ -41,6 +41,17 @@ class Scheduler:
         self._live_ids: set[str] = set()
         self._arrivals = 0
         self._steps = 0
+        # Kept as each sequence pauses, resumes and finishes, so that no count
+        # between steps needs a scan.
+        self._paused_admitted = 0
+        self._paused_waiting = 0
+        self._batch: list[Sequence] | None = None
+        """The last decode batch, while it still holds: None once a sequence has
+        joined, left, paused or resumed."""
+        self._batch_context = 0
+        self._batch_full: list[Sequence] = []
+        """Sequences of the batch whose block table is full: their next token needs
+        a block."""
         self.finished_by_reason: Counter[FinishReason] = Counter()
 
     # -- wishes: any thread ---------------------------------------------------
@@ -90,24 +101,14 @@ class Scheduler:
     def plan(self) -> StepPlan:
         finished = self._apply_inbox()
         prefills = self._admit()
-        decodes = []
-        context = 0
-        pool, bs, running = self.pool, self.config.block_size, SeqState.RUNNING
-        for seq in self._running.values():
-            if seq.state is running and seq.output:
-                n = seq.num_tokens
-                if n > len(seq.block_table) * bs:
-                    pool.grow(seq.id, n)
-                decodes.append(seq)
-                context += n
+        decodes, context = self._decode_batch()
         self._steps += 1
-        features = PlanFeatures(
-            num_prefills=len(prefills),
-            prefill_tokens=sum(s.prompt_len for s in prefills),
-            prefill_tokens_sq=sum(s.prompt_len * s.prompt_len for s in prefills),
-            decode_batch=len(decodes),
-            context_tokens=context,
-        )
+        prefill_tokens = prefill_tokens_sq = 0
+        for seq in prefills:
+            prefill_tokens += seq.prompt_len
+            prefill_tokens_sq += seq.prompt_len * seq.prompt_len
+        features = PlanFeatures(len(prefills), prefill_tokens, prefill_tokens_sq, len(decodes),
+                                context)
         return StepPlan(self._steps, prefills, decodes, finished, features)
 
     def commit(self, plan: StepPlan, tokens: list[int],
@@ -118,32 +119,39 @@ class Scheduler:
         seqs = plan.prefills + plan.decodes
         if len(tokens) != len(seqs):
             raise InvariantBroken(f"step {plan.index}: {len(tokens)} tokens for {len(seqs)} sequences")
-        finished = SeqState.FINISHED
+        if plan.prefills:
+            self._batch = None  # the prefilled sequences decode from the next step on
+        self._batch_context += len(plan.decodes)
+        finished, bs, full = SeqState.FINISHED, self.config.block_size, self._batch_full
+        new_tuple = tuple.__new__
         for seq, token in zip(seqs, tokens):
             if seq.state is finished:
                 raise InvariantBroken(f"step {plan.index}: sequence {seq.id!r} finished before commit")
+            request = seq.request
             out = seq.output
             out.append(token)
             seq.num_tokens += 1
             n = len(out)
-            events.append(TokenEvent(seq.request.id, n - 1, token))
-            reason = ends.get(seq.request.id) if ends else None
-            if reason is None and n >= seq.request.max_new_tokens:
+            # TokenEvent(...) without the named tuple's Python-level __new__: this
+            # runs for every token of every step.
+            events.append(new_tuple(TokenEvent, (request.id, n - 1, token)))
+            reason = ends.get(request.id) if ends else None
+            if reason is None and n >= request.max_new_tokens:
                 reason = FinishReason.LENGTH
             if reason is not None:
                 events.append(self._finish(seq, reason))
+            elif seq.num_tokens > len(seq.block_table) * bs:
+                full.append(seq)
         return events
 
     # -- state ----------------------------------------------------------------
 
     def summary(self) -> StepSummary:
-        states = Counter(s.state for s in self._running.values())
-        states.update(s.state for s in self._waiting.values())
         return StepSummary(
             step=self._steps,
-            running=states[SeqState.RUNNING],
-            waiting=states[SeqState.WAITING],
-            paused=states[SeqState.PAUSED],
+            running=len(self._running) - self._paused_admitted,
+            waiting=len(self._waiting) - self._paused_waiting,
+            paused=self._paused_admitted + self._paused_waiting,
             blocks_free=self.pool.free_blocks,
             blocks_reserved=self.pool.reserved_blocks,
             blocks_used=self.pool.used_blocks,
@@ -172,7 +180,8 @@ class Scheduler:
 
     @property
     def num_paused(self) -> int:
-        return sum(1 for s in self._running.values() if s.state is SeqState.PAUSED)
+        """Admitted sequences left out of the batch."""
+        return self._paused_admitted
 
     @property
     def waiting(self) -> list[Sequence]:
@@ -198,16 +207,52 @@ class Scheduler:
             if wish is Wish.CANCEL:
                 finished.append(self._finish(seq, args[1]))
             elif wish is Wish.PAUSE:
-                seq.state = SeqState.PAUSED
+                if seq.state is not SeqState.PAUSED:
+                    self._count_paused(seq, 1)
+                    seq.state = SeqState.PAUSED
             elif seq.state is SeqState.PAUSED:
+                self._count_paused(seq, -1)
                 seq.state = SeqState.RUNNING if seq.admitted else SeqState.WAITING
         return finished
+
+    def _count_paused(self, seq: Sequence, change: int) -> None:
+        if seq.admitted:
+            self._paused_admitted += change
+            self._batch = None
+        else:
+            self._paused_waiting += change
+
+    def _decode_batch(self) -> tuple[list[Sequence], int]:
+        """The running, unpaused sequences that have made a token, in admission
+        order, and the context they hold; each block table grows to hold the token
+        this step writes. While the batch holds (see `_batch`), it is the last one
+        with a token more each, and only the tables commit found full grow."""
+        pool = self.pool
+        if self._batch is None:
+            batch, context = [], 0
+            bs, running = self.config.block_size, SeqState.RUNNING
+            for seq in self._running.values():
+                if seq.state is running and seq.output:
+                    n = seq.num_tokens
+                    if n > len(seq.block_table) * bs:
+                        pool.grow(seq.id, n)
+                    batch.append(seq)
+                    context += n
+            self._batch, self._batch_context = batch, context
+        else:
+            for seq in self._batch_full:
+                pool.grow(seq.id, seq.num_tokens)
+        self._batch_full.clear()
+        return list(self._batch), self._batch_context
 
     def _admit(self) -> list[Sequence]:
         """Admit in arrival order while a slot and the reservation fit. A paused
         waiting request is passed over (it is not ready); a ready one that does not
         fit stops admission, so nothing overtakes it."""
         admitted: list[Sequence] = []
+        if not self._waiting:
+            self.inbox.set_waiting(0)
+            return admitted
         budget = self.config.max_prefill_tokens
         prompt_tokens = 0
         slots = self.config.max_batch - len(self._running)
@@ -235,9 +280,12 @@ class Scheduler:
         return admitted
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> FinishEvent:
+        if seq.state is SeqState.PAUSED:
+            self._count_paused(seq, -1)
         if seq.admitted:
             self.pool.release(seq.id)
             del self._running[seq.id]
+            self._batch = None
         else:
             del self._waiting[seq.id]
             self.inbox.set_waiting(len(self._waiting))

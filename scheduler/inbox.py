@@ -19,7 +19,10 @@ class Wish(enum.Enum):
 class Inbox:
     def __init__(self, max_waiting: int):
         self.max_waiting = max_waiting
-        self._cond = threading.Condition()
+        # Every step takes the plain lock (cheap); only recording a wish and
+        # waiting for one go through the condition built on it.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._wishes: list[tuple] = []
         self._pending_submits = 0
         self._waiting = 0
@@ -49,18 +52,24 @@ class Inbox:
 
     def take(self) -> list[tuple]:
         """All wishes recorded so far, oldest first; the inbox is left empty."""
-        with self._cond:
+        if not self._wishes:
+            # Most steps find nothing, so they skip the lock; a wish recorded
+            # meanwhile is taken at the next step, as if it had come after this one.
+            return []
+        with self._lock:
             wishes, self._wishes = self._wishes, []
             self._pending_submits = 0
             return wishes
 
     def set_waiting(self, n: int) -> None:
-        """The core tells the inbox how many requests wait, for the waiting limit."""
-        with self._cond:
-            self._waiting = n
+        """The core tells the inbox how many requests wait, for the waiting limit
+        (every step: only a change takes the lock)."""
+        if n != self._waiting:  # only the stepping thread writes it
+            with self._lock:
+                self._waiting = n
 
     def __len__(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._wishes)
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -8,9 +8,10 @@ from .events import FinishEvent
 from .request import Sequence
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PlanFeatures:
-    """The counts a step-cost model reads."""
+    """The counts a step-cost model reads. Not frozen: one is made every step, and
+    a frozen dataclass takes longer to make than the rest of a small step's plan."""
 
     num_prefills: int
     prefill_tokens: int

@@ -64,7 +64,7 @@ def _replay(args) -> int:
         (out / "summary.json").write_text(json.dumps(result.summary.as_dict(), indent=2) + "\n")
         (out / "setup.json").write_text(json.dumps(_about(args, cost, settings), indent=2) + "\n")
         with open(out / "timeseries.jsonl", "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in result.series.rows())
+            f.writelines(result.series.json_lines())
         print(f"wrote {out}/outcomes.jsonl, summary.json, setup.json, timeseries.jsonl")
     return 0
 

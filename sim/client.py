@@ -3,7 +3,14 @@ reads its stream at its own pace and may leave after N tokens or T seconds.
 
 An instant reader takes each event the moment it arrives, so the hub hands events
 to it directly; only slower readers need a reading process. Once it has left, its
-events go to its connection like anyone's, and stay there unread."""
+events go to its connection like anyone's, and stay there unread.
+
+Nothing ever queues for an instant reader, so its sequence is never paused: from
+its first token on, every step makes one token for it, and it takes them as the
+steps are delivered. Its token times are therefore a run of the hub's step
+delivery times (`Hub.step_times`), from the step of its first token for as many
+tokens as it took: it notes that step and counts its tokens when its stream ends
+or it leaves, rather than one by one."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -30,6 +37,10 @@ class SimClient:
     this client read each event. `finish_s` is when it read the stream's last event,
     or when it left."""
 
+    __slots__ = ("env", "request", "behaviour", "hub", "request_s", "instant",
+                 "leave_after_tokens", "leaves_after_index", "outcome", "stream", "done",
+                 "first_step", "_readable")
+
     def __init__(self, env: simpy.Environment, request: TraceRequest, hub: Hub,
                  overheads: Overheads):
         behaviour = request.client
@@ -43,12 +54,17 @@ class SimClient:
         self.hub = hub
         self.request_s = overheads.request_s
         self.instant = behaviour.read is ReadMode.INSTANT
+        self.leave_after_tokens = behaviour.leave_after_tokens
+        self.leaves_after_index = (behaviour.leave_after_tokens or 0) - 1
+        """The index of the token after which it leaves; -1 if no token count makes it leave."""
         self.outcome = RequestOutcome(request.id, request.arrival_s, request.prompt_tokens,
                                       request.max_new_tokens)
         self.stream: Stream | None = None
         """Set by the hub when the request is accepted."""
         self.done = False
         """Reads nothing more: refused, left, or read the last event."""
+        self.first_step: int | None = None
+        """An instant reader's first token came with this step (see the module)."""
         self._readable: simpy.Event | None = None
 
     def run(self):
@@ -59,6 +75,9 @@ class SimClient:
             yield env.timeout(self.request_s)
         if self.done:
             return  # left before the request was sent
+        # The server answers with headers once it has the request, before admission
+        # (a refusal is an answer too).
+        self.outcome.headers_s = env.now
         try:
             self.hub.open(self)
         except SubmitRefused as refusal:
@@ -85,6 +104,8 @@ class SimClient:
         o = self.outcome
         o.left_s = o.finish_s = self.env.now
         self.done = True
+        if self.instant and self.first_step is not None:
+            self._took_steps(len(self.hub.step_times) - self.first_step)
         if self.stream is None:
             o.finish_reason = FinishReason.CANCELLED.value  # never reached the engine
         else:
@@ -102,21 +123,38 @@ class SimClient:
                 yield env.timeout(stream.head_bytes() / behaviour.bytes_per_s)
                 if self.done:
                     return
-            self.read(stream.take(env.now), env.now)
+            if type(stream.take(env.now)) is TokenEvent:
+                self.read_token(env.now)
+            else:
+                self.read_final(env.now)
             self.hub.after_take(self)
             if per_event and not self.done:
                 yield env.timeout(behaviour.pause_s)
 
-    def read(self, event, now: float) -> None:
-        """Take one event off the connection."""
+    def read_token(self, now: float) -> None:
+        """Take a token event off the connection (a reader with a process)."""
         o = self.outcome
-        if type(event) is TokenEvent:
-            if not o.tokens_read:
-                o.first_token_client_s = now
-            o.token_times_s.append(now)
-            o.tokens_read += 1
-            if o.tokens_read == self.behaviour.leave_after_tokens:
-                self.leave()
-        else:  # the stream's final event
-            o.finish_s = now
-            self.done = True
+        if not o.tokens_read:
+            o.first_token_client_s = now
+        o.token_times_s.append(now)
+        o.tokens_read += 1
+        if o.tokens_read == self.leave_after_tokens:
+            self.leave()
+
+    def read_final(self, now: float) -> None:
+        """Take the stream's final event off the connection. An instant reader has
+        taken every token the engine made for it."""
+        o = self.outcome
+        if self.instant and o.tokens_generated:
+            self._took_steps(o.tokens_generated)
+        o.finish_s = now
+        self.done = True
+
+    def _took_steps(self, tokens: int) -> None:
+        """An instant reader's record of the `tokens` it took, one per step from its
+        first token's step on."""
+        o = self.outcome
+        first = self.first_step
+        o.token_times_s = self.hub.step_times[first:first + tokens]
+        o.first_token_client_s = o.token_times_s[0]
+        o.tokens_read = tokens

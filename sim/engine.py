@@ -30,27 +30,29 @@ class SimEngine:
         env, core, cost = self.env, self.core, self.cost
         # A naive server awaits each write: the next step starts only once this
         # step's events are delivered and every stream's queue is empty.
-        wait_delivery = hub.overheads.delivery_s if hub.engine_waits else 0.0
+        engine_waits = hub.engine_waits
+        wait_delivery = hub.overheads.delivery_s if engine_waits else 0.0
         while True:
-            while hub.engine_waits and hub.backlogged:
+            while engine_waits and hub.backlogged:
                 yield hub.until_drained()
             if not core.has_work():
                 yield self._sleep()
                 continue
             plan = core.plan()
-            if plan.prefills:
-                hub.admitted(plan, env.now)
-            if plan.is_empty:
+            start = env.now
+            n = len(plan.prefills) + len(plan.decodes)
+            if not n:
                 self._record(0)
                 if plan.finished:  # cancels applied with nothing to compute
-                    hub.committed(plan.finished, env.now)
+                    hub.committed(plan.finished, env.now, step=False)
                 else:  # everything is paused
                     yield self._sleep()
                 continue
-            n = len(plan.prefills) + len(plan.decodes)
             yield env.timeout(cost.cost(plan.features))
             events = core.commit(plan, [0] * n)
             self._record(n)
+            if plan.prefills:
+                hub.prefilled(plan.prefills, start, env.now)
             hub.committed(events, env.now)
             if wait_delivery:
                 yield env.timeout(wait_delivery)

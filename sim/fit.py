@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import nnls
 
 from scheduler import PlanFeatures
 
@@ -110,6 +109,8 @@ def _features(step: dict) -> PlanFeatures:
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """NNLS on columns scaled to unit norm (the features span ten orders of
     magnitude); a column that is all zero gets coefficient 0."""
+    from scipy.optimize import nnls  # imported here: it takes longer than a replay's setup
+
     norms = np.linalg.norm(x, axis=0)
     used = norms > 0
     coef = np.zeros(x.shape[1])

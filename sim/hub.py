@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 import simpy
 
 from scheduler import (BacklogPolicy, Decision, Event, FinishEvent, FinishReason, Request,
-                       Scheduler, StepPlan, TokenEvent)
+                       Scheduler, Sequence, TokenEvent)
 
 from .overheads import Overheads
 from .transport import Stream
@@ -31,8 +31,15 @@ class Hub:
         """Wakes the engine loop if it sleeps: every wish goes with one."""
         self.engine_waits = policy.engine_waits
         self.clients: dict[str, SimClient] = {}
-        self.backlogged: set[SimClient] = set()
-        """Clients whose server-side queue is not empty."""
+        self.backlogged: dict[SimClient, None] = {}
+        """Clients whose server-side queue is not empty, in the order they backed up
+        (a dict, so that the policy sees them in the same order in every run)."""
+        self.instant_readers: dict[str, SimClient] = {}
+        """Instant readers still reading: they take events as they are delivered."""
+        self.step_times: list[float] = []
+        """When each step's events were delivered, in step order."""
+        self.left: set[str] = set()
+        """Requests whose client has left: what the engine makes for them is wasted."""
         self.events_discarded = 0
         """Events the engine made for streams the server had already closed."""
         self._drained: simpy.Event | None = None
@@ -43,58 +50,80 @@ class Hub:
         self.core.submit(Request(r.id, r.prompt_tokens, r.max_new_tokens))
         client.stream = Stream(self.overheads.transport_bytes, self.env.now)
         self.clients[r.id] = client
+        if client.instant:
+            self.instant_readers[r.id] = client
         self.wake()
 
     # -- from the engine --------------------------------------------------------
 
-    def admitted(self, plan: StepPlan, now: float) -> None:
-        for seq in plan.prefills:
-            self.clients[seq.id].outcome.admitted_s = now
+    def prefilled(self, prefills: list[Sequence], start: float, end: float) -> None:
+        """Sequences admitted at `start` whose prompt step ended at `end`."""
+        for seq in prefills:
+            o = self.clients[seq.id].outcome
+            o.admitted_s, o.first_token_engine_s = start, end
 
-    def committed(self, events: list[Event], now: float) -> None:
+    def committed(self, events: list[Event], now: float, step: bool = True) -> None:
         """Book what the engine did at `now`, then deliver the events to the
-        streams once the delivery delay has passed."""
-        clients = self.clients
+        streams once the delivery delay has passed. `step` is False for the final
+        events of sequences cancelled with nothing to compute."""
+        clients, left = self.clients, self.left
         for event in events:
-            o = clients[event.seq_id].outcome
             if type(event) is TokenEvent:
-                if event.index == 0:
-                    o.first_token_engine_s = now
-                if o.left_s is not None and now > o.left_s:
-                    o.tokens_after_leave += 1
+                if event.seq_id in left:
+                    o = clients[event.seq_id].outcome
+                    if now > o.left_s:
+                        o.tokens_after_leave += 1
             else:
+                o = clients[event.seq_id].outcome
                 o.tokens_generated = event.num_generated
                 if o.finish_reason is None:  # a drop names the reason first
                     o.finish_reason = event.reason.value
         delay = self.overheads.delivery_s
         if delay:
-            self.env.timeout(delay).callbacks.append(lambda _: self.deliver(events))
+            self.env.timeout(delay).callbacks.append(lambda _: self.deliver(events, step))
         else:
-            self.deliver(events)
+            self.deliver(events, step)
 
-    def deliver(self, events: list[Event]) -> None:
+    def deliver(self, events: list[Event], step: bool) -> None:
         now = self.env.now
-        clients, token_bytes = self.clients, self.token_bytes
+        clients, instant = self.clients, self.instant_readers
+        if step:
+            step_index = len(self.step_times)
+            self.step_times.append(now)
         for event in events:
+            is_token = type(event) is TokenEvent
+            if is_token:
+                # An instant reader takes its token as it arrives: nothing queues for
+                # it, so there is no stream to fill and nothing for the policy to see;
+                # its token times are the steps' (see SimClient).
+                reader = instant.get(event.seq_id)
+                if reader is not None:
+                    index = event.index
+                    if index == 0:
+                        reader.first_step = step_index
+                    if index == reader.leaves_after_index:
+                        reader.leave()
+                    continue
             client = clients[event.seq_id]
             stream = client.stream
             if stream.closed:
                 self.events_discarded += 1
                 continue
-            final = type(event) is not TokenEvent
-            if final:
+            if is_token:
+                size = self.token_bytes
+            else:
                 stream.closed = True
-            if client.instant and not client.done:
-                # Nothing ever queues for it, so there is no stream to fill and
-                # nothing for the policy to see.
-                client.read(event, now)
-                continue
-            stream.put(event, self.final_bytes if final else token_bytes, now)
+                if instant.pop(event.seq_id, None) is not None:
+                    client.read_final(now)
+                    continue
+                size = self.final_bytes
+            stream.put(event, size, now)
             client.notify()
             if stream.queue:
-                self.backlogged.add(client)
-        for client in list(self.backlogged):
-            self._decide(client, now)
+                self.backlogged[client] = None
+        if self.backlogged:
+            for client in list(self.backlogged):
+                self._decide(client, now)
 
     def until_drained(self) -> simpy.Event:
         """An event that fires when no server-side queue holds anything."""
@@ -109,6 +138,8 @@ class Hub:
         self._decide(client, self.env.now)
 
     def client_left(self, client: SimClient) -> None:
+        self.left.add(client.request.id)
+        self.instant_readers.pop(client.request.id, None)
         delay = self.overheads.disconnect_detect_s
         if delay:
             self.env.timeout(delay).callbacks.append(lambda _: self._disconnected(client))
@@ -165,7 +196,7 @@ class Hub:
             self._unbacklog(client)
 
     def _unbacklog(self, client: SimClient) -> None:
-        self.backlogged.discard(client)
+        self.backlogged.pop(client, None)
         if not self.backlogged and self._drained is not None:
             drained, self._drained = self._drained, None
             drained.succeed()

@@ -4,6 +4,7 @@ function to live records and simulated ones."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -59,7 +60,6 @@ def summarize(outcomes: list[RequestOutcome], series: TimeSeries | None = None) 
     ttft_client = [o.ttft_client_s for o in outcomes if o.first_token_client_s is not None]
     ttft_engine = [o.ttft_engine_s for o in outcomes if o.first_token_engine_s is not None]
     completed = [o for o in outcomes if o.finish_reason in COMPLETED and o.left_s is None]
-    gaps = [np.diff(o.token_times_s) for o in outcomes if len(o.token_times_s) > 1]
     ends = [o.finish_s for o in outcomes if o.finish_s is not None]
     if series is not None and series.time_s:
         ends.append(series.time_s[-1])
@@ -68,7 +68,7 @@ def summarize(outcomes: list[RequestOutcome], series: TimeSeries | None = None) 
     generated = sum(o.tokens_generated for o in outcomes)
     t50, t90, t99 = _percentiles(ttft_client, (50, 90, 99))
     e50, e90, e99 = _percentiles(ttft_engine, (50, 90, 99))
-    g50, g99 = _percentiles(np.concatenate(gaps) if gaps else [], (50, 99))
+    g50, g99 = _percentiles(_gaps(outcomes), (50, 99))
     d50, d90, d99 = _percentiles([o.finish_s - o.arrival_s for o in completed], (50, 90, 99))
     peaks = {}
     if series is not None:
@@ -99,6 +99,15 @@ def format_summary(summary: Summary) -> str:
             shown = str(value)
         lines.append(f"{name:<22} {shown:>14}")
     return "\n".join(lines)
+
+
+def _gaps(outcomes: list[RequestOutcome]) -> np.ndarray:
+    """Every stream's inter-token gaps, pooled: the differences of all token times
+    laid end to end, less those that span two streams."""
+    streams = [o.token_times_s for o in outcomes if len(o.token_times_s) > 1]
+    lengths = np.array([len(times) for times in streams], dtype=np.int64)
+    times = np.fromiter(chain.from_iterable(streams), dtype=float, count=int(lengths.sum()))
+    return np.delete(np.diff(times), np.cumsum(lengths)[:-1] - 1)
 
 
 def _percentiles(values, qs: tuple[int, ...]) -> list[float | None]:

@@ -30,5 +30,10 @@ class TimeSeries:
     def peak(self, column: str) -> int:
         return max(getattr(self, column), default=0)
 
+    def json_lines(self):
+        """One JSON object a row, as json.dumps writes it, formatted directly."""
+        line = "{" + ", ".join(f'"{c}": %r' for c in COLUMNS) + "}\n"
+        return (line % row for row in zip(*(getattr(self, c) for c in COLUMNS)))
+
     def rows(self) -> list[dict]:
         return [dict(zip(COLUMNS, row)) for row in zip(*(getattr(self, c) for c in COLUMNS))]
