@@ -195,8 +195,12 @@ class Reader:
         """The next event, or None if none came within `timeout` seconds."""
         while (event := self.stream.event_at(self.cursor)) is None:
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancel that lands as the wake-up does, and the stream's writer then
+            # never learns that its client left.
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             except TimeoutError:
                 return None
         return event
