@@ -22,6 +22,8 @@ def add_serve_parser(subparsers) -> None:
                    help="weights and KV cache")
     p.add_argument("--host", default=d.host, help="address to listen on")
     p.add_argument("--port", type=int, default=d.port, help="port to listen on")
+    p.add_argument("--http2", action="store_true", default=d.http2,
+                   help="also serve cleartext HTTP/2 (h2c, prior knowledge) on the port")
     p.add_argument("--policy", default=d.policy, choices=sorted(BACKLOG_POLICIES),
                    help="what to do with a stream whose reader falls behind")
     p.add_argument("--max-queued", type=int, default=d.max_queued,
@@ -43,7 +45,14 @@ def add_serve_parser(subparsers) -> None:
                    help="waiting requests before new ones get 429")
     p.add_argument("--keepalive-s", type=float, default=d.keepalive_s,
                    help="a comment on a stream idle this long")
-    p.add_argument("--step-log", default=d.step_log, help="write one JSON line per step here")
+    p.add_argument("--step-log", default=d.step_log, help="also write one JSON line per step here")
+    p.add_argument("--step-ring", type=int, default=d.step_ring,
+                   help="steps kept in memory for GET /v1/steps")
+    p.add_argument("--gpu-memory-fraction", type=float, default=d.gpu_memory_fraction,
+                   help="on CUDA without --num-blocks: the share of the GPU's memory the "
+                   "weights and the KV cache may take")
+    p.add_argument("--eager", action="store_true", default=d.eager,
+                   help="on CUDA: run decode steps eagerly rather than from CUDA graphs")
     p.add_argument("--replay-events", type=int, default=d.replay_events,
                    help="events each stream keeps for Last-Event-ID resumption")
     p.add_argument("--event-padding", type=int, default=d.event_padding,
@@ -54,9 +63,10 @@ def add_serve_parser(subparsers) -> None:
 def run_serve(args) -> int:
     from .server import serve
 
-    names = ("model", "device", "dtype", "host", "port", "policy", "max_queued",
+    names = ("model", "device", "dtype", "host", "port", "http2", "policy", "max_queued",
              "stall_timeout_s", "resume_grace_s", "threads", "max_batch", "num_blocks", "kv_cache_mb",
-             "block_size", "max_waiting", "keepalive_s", "step_log", "replay_events",
+             "block_size", "max_waiting", "keepalive_s", "step_log", "step_ring",
+             "gpu_memory_fraction", "eager", "replay_events",
              "event_padding")
     try:
         settings = ServeSettings(**{name: getattr(args, name) for name in names})

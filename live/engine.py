@@ -93,7 +93,8 @@ class Engine:
         self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
                              plan.features, admitted=self.core.num_admitted,
                              waiting=self.core.num_waiting, paused=self.core.num_paused,
-                             blocks_reserved=self.core.pool.reserved_blocks)
+                             blocks_reserved=self.core.pool.reserved_blocks,
+                             device_s=getattr(self.runner, "last_device_s", None))
         return out
 
     def _read(self, plan: StepPlan, tokens: list[int]):

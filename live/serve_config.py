@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 from scheduler import make_policy
 from scheduler.backlog import BacklogPolicy
 
+from .step_log import DEFAULT_RING
+
 
 @dataclass(frozen=True)
 class ServeSettings:
@@ -16,6 +18,9 @@ class ServeSettings:
     dtype: str = "float32"
     host: str = "127.0.0.1"
     port: int = 8000
+    http2: bool = False
+    """Also speak cleartext HTTP/2 (h2c with prior knowledge) on the same port;
+    HTTP/1.1 clients are still served there."""
 
     # the engine
     threads: int | None = None
@@ -28,6 +33,14 @@ class ServeSettings:
     block_size: int = 16
     max_waiting: int = 256
     step_log: str | None = None
+    """Also write every step to this file, as JSON lines."""
+    step_ring: int = DEFAULT_RING
+    """The last steps kept in memory for `GET /v1/steps`."""
+    gpu_memory_fraction: float = 0.9
+    """On CUDA without `num_blocks`: the share of the GPU's memory that the weights
+    and the KV cache may take (`kv_cache_mb` sizes the cache on the CPU)."""
+    eager: bool = False
+    """On CUDA: decode eagerly rather than replaying captured CUDA graphs."""
 
     # streams
     policy: str = "pause_then_drop"
@@ -59,11 +72,13 @@ class ServeSettings:
     def __post_init__(self):
         self.backlog_policy()  # an unknown policy or a bad threshold fails here, not per stream
         for name in ("max_batch", "block_size", "max_waiting", "replay_events", "ended_streams",
-                     "max_body_bytes", "default_max_tokens", "kv_cache_mb"):
+                     "max_body_bytes", "default_max_tokens", "kv_cache_mb", "step_ring"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError("num_blocks must be at least 1")
+        if not 0 < self.gpu_memory_fraction <= 1:
+            raise ValueError("gpu_memory_fraction must be in (0, 1]")
         if self.keepalive_s <= 0 or self.stall_timeout_s <= 0:
             raise ValueError("keepalive_s and stall_timeout_s must be positive")
         if self.resume_grace_s < 0 or self.event_padding < 0:

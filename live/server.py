@@ -7,6 +7,7 @@ Routes:
     GET  /v1/models, /v1/models/{model}
     POST /v1/messages                           Anthropic-compatible
     GET  /health, /stats, /metrics
+    GET  /v1/engine, /v1/steps                  what a simulator needs to mirror this server
 
 A request is read and checked, tokenized and submitted before any byte of the
 answer: every refusal is an ordinary JSON error in its API's envelope."""
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import signal
@@ -23,7 +25,7 @@ from typing import Callable
 
 import uvicorn
 from starlette.applications import Starlette
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -32,11 +34,13 @@ from scheduler import QueueFull, RequestTooLarge, SchedulerConfig, SubmitRefused
 
 from . import wire_anthropic, wire_openai, wire_stream
 from .engine import Engine
+from .engine_info import describe
 from .hub import (Done, EventGone, Hub, Reader, Stream, StreamOver, Token,
                   UnknownStream)
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .serve_config import ServeSettings
 from .sse import EventStreamResponse, wait_for_disconnect
+from .step_log import StepsLost
 from .step_loop import StepLoop
 from .validation import ErrorKind, GenerationRequest, RequestError, ServedModel, read_json
 
@@ -101,8 +105,7 @@ class LiveService:
             log.error("the engine still held streams %.1f s after shutdown began",
                       self.settings.shutdown_timeout_s)
         self.step_loop.stop()
-        if self.engine.step_log is not None:
-            self.engine.step_log.close()
+        self.engine.step_log.close()
 
 
 # -- responses ---------------------------------------------------------------
@@ -300,6 +303,53 @@ async def metrics(request: Request):
     return Response(body, media_type=CONTENT_TYPE)
 
 
+async def engine_info(request: Request):
+    """The engine behind this server: model, device, dtype, hardware, torch threads,
+    the scheduler's settings, the backlog policy and the streams' settings, and the
+    step ring (its size, the newest step): what a simulator needs to mirror it."""
+    service = _service(request)
+    return JSONResponse(describe(service.engine, service.served.name, service.settings))
+
+
+STEPS_PER_PAGE = 10_000
+
+
+async def steps(request: Request):
+    """`GET /v1/steps?after=N&limit=M`: the records of the steps after step N (steps
+    count from 1; N is 0 by default), oldest first, at most M (1 to 10,000, the
+    default), as JSON lines. A page shorter than M is the end for now.
+
+    Steps that have fallen out of the ring are not skipped over: asking for them is
+    a 410 Gone whose message says which were lost, with the last of them in
+    `X-Steps-Lost-Through` (ask again after it to take what is still kept)."""
+    service = _service(request)
+    try:
+        after = _count(request, "after", 0, 0, None)
+        limit = _count(request, "limit", STEPS_PER_PAGE, 1, STEPS_PER_PAGE)
+    except RequestError as exc:
+        return _refuse(service, exc, wire_stream.error_body)
+    try:
+        records = service.engine.step_log.after(after, limit)
+    except StepsLost as exc:
+        error = RequestError(ErrorKind.GONE, str(exc), "after")
+        return JSONResponse(wire_stream.error_body(error), error.kind.status,
+                            {"X-Steps-Lost-Through": str(exc.lost_through)})
+    # off the event loop: a full page is a tenth of a second of JSON
+    body = await run_in_threadpool(lambda: "".join(json.dumps(r) + "\n" for r in records))
+    return Response(body, media_type="application/x-ndjson")
+
+
+def _count(request: Request, name: str, default: int, least: int, most: int | None) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not least <= int(text) <= (most or int(text)):
+        bounds = f"of at least {least}" if most is None else f"from {least} to {most}"
+        raise RequestError(ErrorKind.INVALID, f"{name} must be an integer {bounds}, got {text!r}",
+                           name)
+    return int(text)
+
+
 ROUTES = [
     Route("/v1/stream", post_stream, methods=["POST"]),
     Route("/v1/stream/{stream_id}", get_stream, methods=["GET"]),
@@ -311,6 +361,8 @@ ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/stats", stats, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
+    Route("/v1/engine", engine_info, methods=["GET"]),
+    Route("/v1/steps", steps, methods=["GET"]),
 ]
 
 
@@ -336,6 +388,8 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
     """Load the model and put an engine around it, as `settings` say."""
     import torch
 
+    from .architectures import kv_layout
+    from .gpu_memory import gpu_kv_blocks
     from .model_runner import ModelRunner
     from .models import load_model
     from .step_log import StepLog
@@ -344,13 +398,19 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
     if settings.threads:
         torch.set_num_threads(settings.threads)
     loaded = load_model(settings.model, settings.device, dtype)
-    num_blocks = settings.num_blocks or ModelRunner.blocks_for_budget(
-        loaded, settings.kv_cache_mb << 20, settings.block_size, dtype)
-    runner = ModelRunner(loaded, num_blocks, settings.block_size, settings.device, dtype)
-    step_log = None
-    if settings.step_log:
-        step_log = StepLog(settings.step_log, settings.device,
-                           {"model": loaded.name, "dtype": settings.dtype})
+    on_gpu = torch.device(settings.device).type == "cuda"
+    num_blocks = settings.num_blocks
+    if num_blocks is None and on_gpu:
+        num_blocks = gpu_kv_blocks(settings.gpu_memory_fraction, kv_layout(loaded.model.config),
+                                   settings.block_size, dtype, settings.device)
+    elif num_blocks is None:
+        num_blocks = ModelRunner.blocks_for_budget(loaded, settings.kv_cache_mb << 20,
+                                                   settings.block_size, dtype)
+    graphs = on_gpu and not settings.eager and importlib.util.find_spec("triton") is not None
+    runner = ModelRunner(loaded, num_blocks, settings.block_size, settings.device, dtype,
+                         cuda_graph_max_batch=settings.max_batch if graphs else 0)
+    step_log = StepLog(settings.step_log, settings.device,
+                       {"model": loaded.name, "dtype": settings.dtype}, settings.step_ring)
     config = SchedulerConfig(num_blocks=num_blocks, block_size=settings.block_size,
                              max_batch=settings.max_batch, max_waiting=settings.max_waiting,
                              max_model_len=loaded.max_model_len)
@@ -359,11 +419,11 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
                                runner.vocab_size)
 
 
-class NoDelayProtocol(AutoHTTPProtocol):
-    """uvicorn's HTTP/1.1 protocol with TCP_NODELAY on every connection, so that
-    each event leaves at once rather than waiting on Nagle for the previous one's
-    ACK. asyncio sets it only when the listening socket says IPPROTO_TCP, which a
-    socket handed over by a supervisor or a test often does not."""
+class NoDelay:
+    """Mixed into uvicorn's protocol: TCP_NODELAY on every connection, so that each
+    event leaves at once rather than waiting on Nagle for the previous one's ACK.
+    asyncio sets it only when the listening socket says IPPROTO_TCP, which a socket
+    handed over by a supervisor or a test often does not."""
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
@@ -372,16 +432,31 @@ class NoDelayProtocol(AutoHTTPProtocol):
         super().connection_made(transport)
 
 
+class LiveConfig(uvicorn.Config):
+    """uvicorn's settings, with `NoDelay` mixed into whichever protocol they choose:
+    with `http2`, uvicorn picks its own (zttp's, which tells a connection starting
+    with the HTTP/2 preface from an HTTP/1.1 one) and takes no class from us."""
+
+    def load(self) -> None:
+        super().load()
+        chosen = self.http_protocol_class
+        self.http_protocol_class = type(f"NoDelay{chosen.__name__}", (NoDelay, chosen), {})
+
+
 class LiveServer(uvicorn.Server):
     """uvicorn, with the hub told at the signal (not after the connections close,
     when the lifespan ends) so that open streams get their last event at once; and
-    an exit status of 0 after a graceful stop rather than the signal re-raised."""
+    an exit status of 0 after a graceful stop rather than the signal re-raised.
+    With `settings.http2`, cleartext HTTP/2 (h2c with prior knowledge) and
+    HTTP/1.1 on the same port."""
 
     def __init__(self, app: Starlette, host: str, port: int, log_level: str = "info"):
         self.service: LiveService = app.state.service
-        super().__init__(uvicorn.Config(
-            app, host=host, port=port, log_level=log_level, lifespan="on", http=NoDelayProtocol,
-            timeout_graceful_shutdown=self.service.settings.shutdown_timeout_s))
+        settings = self.service.settings
+        super().__init__(LiveConfig(
+            app, host=host, port=port, log_level=log_level, lifespan="on",
+            http="zttp" if settings.http2 else "auto", http2=settings.http2,
+            timeout_graceful_shutdown=settings.shutdown_timeout_s))
 
     def handle_exit(self, sig, frame) -> None:
         self.service.request_shutdown()

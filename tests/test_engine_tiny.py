@@ -70,6 +70,16 @@ def test_step_log_records_every_executed_step(engine):
     assert lines[3]["context_tokens"] == (3 + 3) + (6 + 1)
     assert all(line["duration_s"] > 0 and line["device"] == "cpu" and line["model"] == "tiny-llama"
                for line in lines)
+    assert not any("device_s" in line for line in lines)  # measured on CUDA only
+
+
+def test_step_log_carries_the_device_time_a_runner_measures(engine, monkeypatch):
+    monkeypatch.setattr(engine.runner, "last_device_s", 0.00125, raising=False)
+    run_engine(engine, {0: [("a", [1, 2, 3], 2)]})
+    engine.step_log.flush()
+    lines = [json.loads(line) for line in open(engine.step_log.path)]
+    assert [line["device_s"] for line in lines] == [0.00125, 0.00125]
+    assert engine.step_log.after(0)[0]["device_s"] == 0.00125
 
 
 def test_failing_step_ends_its_sequences_with_error_and_leaks_nothing(engine, monkeypatch):

@@ -1,0 +1,350 @@
+"""The server with `http2`: many streams multiplexed on one cleartext HTTP/2
+connection (h2c with prior knowledge) carry the engine's own tokens; a stream the
+client resets (RST_STREAM), or a connection it drops, is cancelled in the engine
+within a step while its siblings go on; HTTP/1.1 clients are served on the same
+port; a graceful shutdown ends the streams of an open connection with their last
+event.
+
+httpx (httpcore 1.0) closes an HTTP/2 response early without sending RST_STREAM,
+so the server never hears of it; the tests that leave speak HTTP/2 themselves,
+with the `h2` state machine over a plain socket."""
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import httpx
+import pytest
+
+from live.serve_config import ServeSettings
+from live.sse_parser import SSEEvent, SSEParser
+from live_server import (PacedRunner, RawStream, ServerThread, ToyTokenizer, engine_alone,
+                         held_app, stats, tiny_app, wait_for, wait_idle)
+from tiny_models import tiny_llama
+
+TOK = ToyTokenizer()
+HTTP2 = ServeSettings(http2=True)
+
+
+class H2Client:
+    """One HTTP/2 connection over a plain socket, driven by the test: requests
+    open streams, frames are read only when the test asks, and a stream is left
+    with RST_STREAM (`reset`) or the whole connection dropped (`drop`)."""
+
+    def __init__(self, base_url: str):
+        self.authority = base_url.removeprefix("http://")
+        host, port = self.authority.split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self._flush()
+        self.status: dict[int, int] = {}
+        self.body: dict[int, bytes] = {}
+        self.events: dict[int, list[SSEEvent]] = {}
+        self.ended: set[int] = set()
+        self._parsers: dict[int, SSEParser] = {}
+
+    def post(self, path: str, body: dict) -> int:
+        stream_id = self.conn.get_next_available_stream_id()
+        payload = json.dumps(body).encode()
+        self.conn.send_headers(stream_id, [
+            (":method", "POST"), (":path", path), (":scheme", "http"),
+            (":authority", self.authority), ("content-type", "application/json"),
+            ("content-length", str(len(payload)))])
+        self.conn.send_data(stream_id, payload, end_stream=True)
+        self._flush()
+        self.body[stream_id], self.events[stream_id] = b"", []
+        self._parsers[stream_id] = SSEParser()
+        return stream_id
+
+    def read_events(self, stream_id: int, count: int) -> list[SSEEvent]:
+        """Read until the stream has `count` events (or has ended)."""
+        while len(self.events[stream_id]) < count and stream_id not in self.ended:
+            self._receive()
+        return self.events[stream_id]
+
+    def read_to_end(self, stream_id: int) -> bytes:
+        while stream_id not in self.ended:
+            self._receive()
+        return self.body[stream_id]
+
+    def reset(self, stream_id: int) -> None:
+        self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        self._flush()
+
+    def drop(self) -> None:
+        self.sock.close()
+
+    def _receive(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        for event in self.conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                self.status[event.stream_id] = int(dict(event.headers)[b":status"])
+            elif isinstance(event, h2.events.DataReceived):
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                self.body[event.stream_id] += event.data
+                self.events[event.stream_id] += [
+                    item for item in self._parsers[event.stream_id].feed(event.data)
+                    if isinstance(item, SSEEvent)]
+            elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                self.ended.add(event.stream_id)
+        self._flush()
+
+    def _flush(self) -> None:
+        self.sock.sendall(self.conn.data_to_send())
+
+
+def h2_connections(running: ServerThread) -> list:
+    """The server's open HTTP/2 connections (protocols that hold streams)."""
+    return [c for c in running.server.server_state.connections if hasattr(c, "cycles")]
+
+
+def token_ids(events: list[SSEEvent]) -> list[int]:
+    return [json.loads(e.data)["token_id"] for e in events if e.event == "token"]
+
+
+class Following:
+    """An open streaming response, its events parsed as they are read."""
+
+    def __init__(self, response: httpx.Response):
+        self.response = response
+        self._chunks = response.aiter_bytes()
+        self._parser = SSEParser()
+        self.events: list[SSEEvent] = []
+
+    async def read_events(self, count: int) -> list[SSEEvent]:
+        while len(self.events) < count:
+            chunk = await anext(self._chunks)
+            self.events += [e for e in self._parser.feed(chunk) if isinstance(e, SSEEvent)]
+        return self.events
+
+    async def read_to_end(self) -> list[SSEEvent]:
+        async for chunk in self._chunks:
+            self.events += [e for e in self._parser.feed(chunk) if isinstance(e, SSEEvent)]
+        return self.events
+
+
+async def _sixteen_streams(running: ServerThread, runner, bodies: list[dict]):
+    async with httpx.AsyncClient(base_url=running.base_url, http1=False, http2=True,
+                                 timeout=60) as client:
+        runner.hold()
+        responses = await asyncio.gather(*(
+            client.send(client.build_request("POST", "/v1/stream", json=body), stream=True)
+            for body in bodies))
+        streams = [Following(r) for r in responses]
+        for stream in streams:  # every stream has started while no step has run
+            assert [e.event for e in await stream.read_events(1)] == ["start"]
+        held = (await client.get("/stats")).json()
+        connections = h2_connections(running)
+        # the /stats request went over the same connection and may not have ended yet
+        seen = [(sum(cycle.scope["path"] == "/v1/stream" for cycle in list(c.cycles.values())),
+                 c.client[1],
+                 c.transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP,
+                                                                 socket.TCP_NODELAY))
+                for c in connections]
+        runner.release()
+        events = await asyncio.gather(*(s.read_to_end() for s in streams))
+        for r in responses:
+            await r.aclose()
+        answers = [(await client.post("/v1/completions", json={
+            "prompt": body["prompt"], "max_tokens": body["max_new_tokens"], "temperature": 0,
+        })) for body in bodies]
+        still = [c.client[1] for c in h2_connections(running)]
+    return responses, held, seen, events, answers, still
+
+
+def test_sixteen_streams_multiplexed_on_one_connection_carry_the_engines_tokens():
+    app, engine, runner = held_app(HTTP2, max_batch=8)
+    bodies = [{"prompt": f"stream {i} over h2:", "max_new_tokens": 4 + i % 5} for i in range(16)]
+    with ServerThread(app) as running:
+        responses, held, seen, events, answers, still = asyncio.run(
+            _sixteen_streams(running, runner, bodies))
+        after = wait_idle(running.base_url)
+    assert all(r.http_version == "HTTP/2" for r in responses + answers)
+    assert held["streams_open"] == 16
+    # one connection on the server, holding all sixteen streams at once, from one
+    # client port; the non-streaming answers came on that same connection after
+    [(streams_on_it, client_port, nodelay)] = seen
+    assert streams_on_it == 16
+    assert nodelay
+    assert still == [client_port]
+    for body, stream_events, answer in zip(bodies, events, answers):
+        n = body["max_new_tokens"]
+        assert [e.event for e in stream_events] == ["start"] + ["token"] * n + ["done"]
+        tokens, text, _ = engine_alone(TOK.encode(body["prompt"]), n)
+        assert token_ids(stream_events) == tokens
+        streamed = "".join(json.loads(e.data)["text"] for e in stream_events[1:-1])
+        assert streamed == text == answer.json()["choices"][0]["text"]
+    assert after["finished"] == {"length": 32}
+    assert after["blocks_free"] == after["num_blocks"]
+    assert engine.core.is_drained()
+
+
+@pytest.mark.parametrize("moment", [0, 5])
+def test_a_reset_stream_is_cancelled_within_a_step_and_its_sibling_goes_on(moment):
+    app, engine, runner = held_app(HTTP2)
+    leaver_prompt, sibling_prompt = "leaves over h2", "stays on the connection"
+    with ServerThread(app) as running:
+        url = running.base_url
+        client = H2Client(url)
+        runner.hold()
+        leaver = client.post("/v1/stream", {"prompt": leaver_prompt, "max_new_tokens": 20})
+        runner.blocked.wait(10)  # its prefill
+        sibling = client.post("/v1/stream", {"prompt": sibling_prompt, "max_new_tokens": 30})
+        client.read_events(sibling, 1)  # submitted: it joins at the next step
+        if moment:
+            runner.allow(moment)
+        events = client.read_events(leaver, 1 + moment)
+        assert [e.event for e in events] == ["start"] + ["token"] * moment
+        client.reset(leaver)
+        wait_for(lambda: stats(url)["streams_open"] == 1, what="the hub to close the stream")
+        runner.release()
+        sibling_body = client.read_to_end(sibling)
+        after = wait_idle(url)
+        client.drop()
+    assert client.status == {leaver: 200, sibling: 200}
+    sibling_events = [e for e in SSEParser().feed(sibling_body) if isinstance(e, SSEEvent)]
+    assert token_ids(sibling_events) == engine_alone(TOK.encode(sibling_prompt), 30)[0]
+    assert json.loads(sibling_events[-1].data)["finish_reason"] == "length"
+    # the step under way when the reset came made one token; then nothing
+    assert after["tokens_after_leave"] == 1
+    assert after["aborts"]["cancelled"] == 1
+    assert after["finished"] == {"length": 1, "cancelled": 1}
+    assert after["blocks_free"] == after["num_blocks"]
+    assert engine.core.is_drained()
+
+
+def test_a_reset_non_streaming_request_is_cancelled():
+    app, engine, runner = held_app(HTTP2)
+    with ServerThread(app) as running:
+        client = H2Client(running.base_url)
+        runner.hold()
+        stream_id = client.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40})
+        runner.blocked.wait(10)  # its prefill is under way
+        client.reset(stream_id)
+        wait_for(lambda: stats(running.base_url)["streams_open"] == 0,
+                 what="the hub to close the stream")
+        runner.release()
+        after = wait_idle(running.base_url)
+        client.drop()
+    assert after["aborts"]["cancelled"] == 1 and after["tokens_after_leave"] == 1
+    assert engine.core.is_drained()
+
+
+def test_dropping_the_connection_cancels_every_stream_on_it():
+    app, engine, runner = held_app(HTTP2)
+    with ServerThread(app) as running:
+        url = running.base_url
+        client = H2Client(url)
+        runner.hold()
+        ids = [client.post("/v1/stream", {"prompt": f"one of four {i}", "max_new_tokens": 25})
+               for i in range(4)]
+        for stream_id in ids:
+            client.read_events(stream_id, 1)
+        runner.allow(3)
+        client.drop()
+        wait_for(lambda: stats(url)["streams_open"] == 0, what="the hub to close the streams")
+        runner.release()
+        after = wait_idle(url)
+    assert after["aborts"]["cancelled"] == 4 and after["finished"] == {"cancelled": 4}
+    assert after["tokens_after_leave"] <= 4  # at most the one step under way
+    assert after["blocks_free"] == after["num_blocks"]
+    assert engine.core.is_drained()
+
+
+def test_graceful_shutdown_ends_the_streams_of_an_http2_connection_with_a_last_event():
+    app, engine = tiny_app(HTTP2, runner_wrapper=lambda r: PacedRunner(r, 0.01), num_blocks=512)
+    with ServerThread(app) as running:
+        client = H2Client(running.base_url)
+        ids = [client.post("/v1/stream", {"prompt": f"long {i}", "max_new_tokens": 200})
+               for i in range(3)]
+        for stream_id in ids:
+            client.read_events(stream_id, 3)
+        running.stop()
+    for stream_id in ids:
+        events = [e for e in SSEParser().feed(client.read_to_end(stream_id))
+                  if isinstance(e, SSEEvent)]
+        done = json.loads(events[-1].data)
+        assert done["finish_reason"] == "cancelled" and done["usage"]["completion_tokens"] > 0
+    client.drop()
+    assert engine.core.is_drained()
+
+
+def test_http1_clients_are_served_on_the_same_port():
+    app, engine, runner = held_app(HTTP2)
+    body = {"prompt": "an HTTP/1.1 client", "max_new_tokens": 6}
+    with ServerThread(app) as running:
+        url = running.base_url
+        with httpx.stream("POST", url + "/v1/stream", json=body, timeout=30) as r:
+            version, raw = r.http_version, r.read()
+        events = [e for e in SSEParser().feed(raw) if isinstance(e, SSEEvent)]
+        # and its disconnect reaches the engine as on HTTP/2
+        runner.hold()
+        leaver = RawStream(url, "/v1/stream", {"prompt": "leaves over h1", "max_new_tokens": 20})
+        runner.blocked.wait(10)
+        runner.allow(2)
+        leaver.read_events(3)
+        leaver.reset()
+        wait_for(lambda: stats(url)["streams_open"] == 0, what="the hub to close the stream")
+        runner.release()
+        after = wait_idle(url)
+    assert version == "HTTP/1.1"
+    assert token_ids(events) == engine_alone(TOK.encode(body["prompt"]), 6)[0]
+    assert after["tokens_after_leave"] == 1 and after["aborts"]["cancelled"] == 1
+    assert engine.core.is_drained()
+
+
+async def _one_stream_each_way(url: str) -> list[tuple[str, list[SSEEvent]]]:
+    body = {"prompt": "Hello", "max_new_tokens": 3, "ignore_eos": True}
+    answers = []
+    for http1, http2 in ((False, True), (True, False)):
+        async with httpx.AsyncClient(http1=http1, http2=http2, timeout=60) as client:
+            response = await client.post(url + "/v1/stream", json=body)
+            events = [e for e in SSEParser().feed(response.content) if isinstance(e, SSEEvent)]
+            answers.append((response.http_version, events))
+    return answers
+
+
+def test_python_m_live_serve_http2_speaks_both_versions(tmp_path, smollm2):
+    model = tiny_llama(vocab_size=len(smollm2.tokenizer))
+    model.save_pretrained(tmp_path)
+    smollm2.tokenizer.save_pretrained(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "live", "serve", "--model", str(tmp_path), "--http2",
+         "--port", str(port), "--num-blocks", "64"],
+        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        def healthy():
+            if process.poll() is not None:
+                raise AssertionError(process.stdout.read())
+            try:
+                return httpx.get(url + "/health").status_code == 200
+            except httpx.TransportError:
+                return False
+        wait_for(healthy, timeout=120, interval=0.2, what="the server to start")
+        answers = asyncio.run(_one_stream_each_way(url))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert [version for version, _ in answers] == ["HTTP/2", "HTTP/1.1"]
+    for _, events in answers:
+        assert [e.event for e in events] == ["start", "token", "token", "token", "done"]
+    assert token_ids(answers[0][1]) == token_ids(answers[1][1])  # greedy: the same answer
+    assert '"http2": true' in process.stdout.read()
