@@ -111,10 +111,13 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     seqs, heads, dim = q.shape
     kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     group = heads // kv_heads
-    k = k_cache.index_select(0, context.block_ids).permute(0, 2, 3, 1)  # [blocks, kv, dim, slot]
-    v = v_cache.index_select(0, context.block_ids).transpose(1, 2)       # [blocks, kv, slot, dim]
+    # Both gathered straight into [blocks, kv, slot, dim]: contiguous, so that the
+    # matmuls below copy nothing (a permuted view would make them copy it again;
+    # a transpose of the last two dims they take as it is).
+    k = k_cache.transpose(1, 2).index_select(0, context.block_ids)
+    v = v_cache.transpose(1, 2).index_select(0, context.block_ids)
     qb = q.index_select(0, context.owner).view(-1, kv_heads, group, dim)
-    scores = torch.matmul(qb, k).mul_(scale).add_(context.mask[:, None, None, :])
+    scores = torch.matmul(qb, k.transpose(-1, -2)).mul_(scale).add_(context.mask[:, None, None, :])
     grid = scores.new_full((seqs * context.widest, kv_heads, group, block_size), float("-inf"))
     grid[context.grid_index] = scores
     grid = grid.view(seqs, context.widest, kv_heads, group, block_size).permute(0, 2, 3, 1, 4)
