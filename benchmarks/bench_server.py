@@ -454,6 +454,9 @@ def run_instant(work: Path, rungs: list[int]) -> list[list]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small counts, to try the script")
+    parser.add_argument("--parts", nargs="+", choices=["wire", "open-streams"],
+                        default=["wire", "open-streams"],
+                        help="wire: tables (a) to (c) on a tiny model; open-streams: table (d)")
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the servers inherit it
@@ -467,7 +470,10 @@ def main() -> None:
     print(f"{platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}, "
           f"torch {torch.__version__}, " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     with tempfile.TemporaryDirectory() as tmp:
-        run_tiny(Path(tmp), args.quick)
+        if "wire" in args.parts:
+            run_tiny(Path(tmp), args.quick)
+        if "open-streams" not in args.parts:
+            return
         print(f"\n(d) open streams one server holds with an instant model, up to {rungs[-1]:,} "
               f"(open files: {hard:,}, and each stream takes one on each side)\n")
         print(table(["streams", "open all (s)", "held and progressing", "tokens/s while held",
