@@ -81,6 +81,20 @@ def test_double_release_raises_naming_the_sequence():
     with pytest.raises(DoubleRelease, match="seq-a"):
         pool.release("seq-a")
     assert pool.is_whole()
+    assert (pool.reservations, pool.releases) == (1, 1)  # the refused release is not counted
+
+
+def test_the_pool_counts_one_reservation_and_one_release_per_admitted_request():
+    core = make_core(num_blocks=12, block_size=4, max_batch=2)
+    for i in range(5):
+        core.submit(req(i, prompt=3, new=4))
+    step(core)
+    assert (core.pool.reservations, core.pool.releases) == (2, 0)
+    core.cancel("r0")
+    core.cancel("r4")  # still waiting: never admitted, never reserved
+    drain(core)
+    assert core.pool.is_whole()
+    assert (core.pool.reservations, core.pool.releases) == (4, 4)
 
 
 def test_block_table_grows_within_reservation():
