@@ -15,209 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
-from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass
-from typing import ClassVar
+from collections import Counter, OrderedDict
 
-from scheduler import Backlog, Decision, FinishReason, StepSummary
+from scheduler import Decision, FinishReason, StepSummary
 
 from .engine import Engine, EngineEvent, TokenOut
 from .metrics import ServerMetrics
+from .reader_gate import ReaderGate
 from .serve_config import ServeSettings
+from .stream import EventGone, Reader, Stream, StreamOver, UnknownStream
+from .stream_events import (ABORTS, COMPLETED, Done, Failure, HubEvent, Start, Timing, Token,
+                            wire_size)
 
 log = logging.getLogger("twinstep.hub")
 
-ABORTS = (FinishReason.CANCELLED, FinishReason.SLOW_CLIENT, FinishReason.ERROR)
-COMPLETED = (FinishReason.LENGTH, FinishReason.STOP, FinishReason.EOS)
 
-
-# -- what a stream carries ------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Start:
-    seq: int
-    prompt_tokens: int
-    terminal: ClassVar[bool] = False
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    seq: int
-    index: int
-    token_id: int
-    text: str
-    terminal: ClassVar[bool] = False
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """The engine failed this stream; a `Done` with reason `error` follows."""
-
-    seq: int
-    message: str
-    terminal: ClassVar[bool] = False
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Unix seconds, taken when the engine's events reached the hub."""
-
-    arrival: float
-    admitted: float | None
-    first_token: float | None
-    finished: float
-
-    def as_dict(self) -> dict:
-        return {"arrival": self.arrival, "admitted": self.admitted,
-                "first_token": self.first_token, "finished": self.finished}
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    seq: int
-    reason: FinishReason
-    prompt_tokens: int
-    completion_tokens: int
-    text: str
-    """Text the detokenizer held back to the end (an unfinished stop-string prefix)."""
-    timing: Timing
-    terminal: ClassVar[bool] = True
-
-
-HubEvent = Start | Token | Failure | Done
-
-
-class UnknownStream(LookupError):
-    """No stream with this id, or it was forgotten."""
-
-
-class EventGone(LookupError):
-    """The replay buffer no longer holds the events after the one asked for."""
-
-
-class StreamOver(LookupError):
-    """The stream has ended and its last event was the one asked after."""
-
-
-# -- the naive policy's gate ---------------------------------------------------
-
-class ReaderGate:
-    """Under `naive` the step loop waits here until every event it delivered has
-    been written to its readers: the head-of-line blocking of a server that awaits
-    each write before the next step."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._unwritten = 0
-        self._open = False
-        self.waiting = False
-
-    def add(self, n: int) -> None:
-        with self._cond:
-            self._unwritten += n
-            if self._unwritten <= 0:
-                self._cond.notify_all()
-
-    def wait(self) -> None:
-        with self._cond:
-            self.waiting = True
-            self._cond.wait_for(lambda: self._open or self._unwritten <= 0)
-            self.waiting = False
-
-    def open(self) -> None:
-        """Never wait again (shutdown)."""
-        with self._cond:
-            self._open = True
-            self._cond.notify_all()
-
-
-# -- streams and their readers -------------------------------------------------
-
-class Stream:
-    def __init__(self, stream_id: str, prompt_tokens: int):
-        self.id = stream_id
-        self.prompt_tokens = prompt_tokens
-        self.arrival = time.time()
-        self.admitted: float | None = None
-        self.first_token: float | None = None
-        self.last_token: float | None = None
-        self.completion_tokens = 0
-        # (event, monotonic time it was queued, bytes queued before it)
-        self.log: deque[tuple[HubEvent, float, int]] = deque()
-        self.base_seq = 0
-        self.next_seq = 0
-        self.bytes_total = 0
-        self.readers: list[Reader] = []
-        self.ended = False
-        self.policy_paused = False
-        self.engine_paused = False
-        self.left_at: float | None = None
-        """Monotonic time the last reader left, while nobody reads an unfinished stream."""
-        self.grace: asyncio.TimerHandle | None = None
-        self.dropped_at: float | None = None
-        self.counted = 0
-        """Unwritten events this stream holds in the naive gate's count."""
-
-    def event_at(self, seq: int) -> HubEvent | None:
-        i = seq - self.base_seq
-        return self.log[i][0] if 0 <= i < len(self.log) else None
-
-    def backlog(self, reader: Reader) -> Backlog:
-        queued = self.next_seq - reader.cursor
-        if not queued:
-            return Backlog(0, 0, reader.last_read, self.policy_paused)
-        _, queued_at, bytes_before = self.log[reader.cursor - self.base_seq]
-        return Backlog(queued, self.bytes_total - bytes_before,
-                       max(reader.last_read, queued_at), self.policy_paused)
-
-    def slowest(self) -> Reader | None:
-        return min(self.readers, key=lambda r: r.cursor, default=None)
-
-
-class Reader:
-    """One client following a stream: `next` gives the event at its cursor (waiting
-    for it), `ack` moves on once it is written, `detach` ends the reading."""
-
-    def __init__(self, hub: Hub, stream: Stream, cursor: int):
-        self.hub = hub
-        self.stream = stream
-        self.cursor = cursor
-        self.last_read = time.monotonic()
-        self.cut = asyncio.Event()
-        """Set when the hub gives up on this reader (a dropped stream it never drains)."""
-        self._wake = asyncio.Event()
-        self._detached = False
-
-    async def next(self, timeout: float | None = None) -> HubEvent | None:
-        """The next event, or None if none came within `timeout` seconds."""
-        while (event := self.stream.event_at(self.cursor)) is None:
-            self._wake.clear()
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
-            # cancel that lands as the wake-up does, and the stream's writer then
-            # never learns that its client left.
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-            except TimeoutError:
-                return None
-        return event
-
-    def ack(self) -> None:
-        self.cursor += 1
-        self.last_read = time.monotonic()
-        self.hub._read(self.stream)
-
-    def detach(self, left: bool) -> None:
-        """`left`: the client went away (rather than reading to the end)."""
-        if not self._detached:
-            self._detached = True
-            self.hub._detach(self, left)
-
-
-# -- the hub -------------------------------------------------------------------
 
 class Hub:
     def __init__(self, engine: Engine, settings: ServeSettings, metrics: ServerMetrics):
@@ -450,7 +264,7 @@ class Hub:
 
     def _append(self, stream: Stream, event: HubEvent) -> None:
         stream.log.append((event, time.monotonic(), stream.bytes_total))
-        stream.bytes_total += _size(event)
+        stream.bytes_total += wire_size(event)
         stream.next_seq += 1
         for reader in stream.readers:
             reader._wake.set()
@@ -543,8 +357,3 @@ class Hub:
         unwritten = stream.next_seq - slowest.cursor if slowest is not None else 0
         self.gate.add(unwritten - stream.counted)
         stream.counted = unwritten
-
-
-def _size(event: HubEvent) -> int:
-    """About what an event costs on the wire: ids and field names, plus its text."""
-    return 64 + len(event.text) if isinstance(event, (Token, Done)) else 64

@@ -35,8 +35,9 @@ from scheduler import QueueFull, RequestTooLarge, SchedulerConfig, SubmitRefused
 from . import wire_anthropic, wire_openai, wire_stream
 from .engine import Engine
 from .engine_info import describe
-from .hub import (Done, EventGone, Hub, Reader, Stream, StreamOver, Token,
-                  UnknownStream)
+from .hub import Hub
+from .stream import EventGone, Reader, Stream, StreamOver, UnknownStream
+from .stream_events import Done, Token
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .serve_config import ServeSettings
 from .sse import EventStreamResponse, wait_for_disconnect

@@ -7,7 +7,8 @@ import asyncio
 import re
 from typing import Protocol
 
-from .hub import HubEvent, Reader
+from .stream import Reader
+from .stream_events import HubEvent
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 

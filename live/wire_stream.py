@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from .hub import Done, Failure, HubEvent, Start, Token
+from .stream_events import Done, Failure, HubEvent, Start, Token
 from .sse import KEEPALIVE, event_bytes
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, integer,
                          invalid, sampling)

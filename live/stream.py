@@ -1,0 +1,112 @@
+"""One request's stream on the asyncio side: its log of events, which is at once
+its readers' queue and its `Last-Event-ID` replay buffer, and the readers that
+follow it, each with a cursor into the log."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from scheduler import Backlog
+
+from .stream_events import HubEvent
+
+if TYPE_CHECKING:
+    from .hub import Hub
+
+
+class UnknownStream(LookupError):
+    """No stream with this id, or it was forgotten."""
+
+
+class EventGone(LookupError):
+    """The replay buffer no longer holds the events after the one asked for."""
+
+
+class StreamOver(LookupError):
+    """The stream has ended and its last event was the one asked after."""
+
+
+class Stream:
+    def __init__(self, stream_id: str, prompt_tokens: int):
+        self.id = stream_id
+        self.prompt_tokens = prompt_tokens
+        self.arrival = time.time()
+        self.admitted: float | None = None
+        self.first_token: float | None = None
+        self.last_token: float | None = None
+        self.completion_tokens = 0
+        # (event, monotonic time it was queued, bytes queued before it)
+        self.log: deque[tuple[HubEvent, float, int]] = deque()
+        self.base_seq = 0
+        self.next_seq = 0
+        self.bytes_total = 0
+        self.readers: list[Reader] = []
+        self.ended = False
+        self.policy_paused = False
+        self.engine_paused = False
+        self.left_at: float | None = None
+        """Monotonic time the last reader left, while nobody reads an unfinished stream."""
+        self.grace: asyncio.TimerHandle | None = None
+        self.dropped_at: float | None = None
+        self.counted = 0
+        """Unwritten events this stream holds in the naive gate's count."""
+
+    def event_at(self, seq: int) -> HubEvent | None:
+        i = seq - self.base_seq
+        return self.log[i][0] if 0 <= i < len(self.log) else None
+
+    def backlog(self, reader: Reader) -> Backlog:
+        queued = self.next_seq - reader.cursor
+        if not queued:
+            return Backlog(0, 0, reader.last_read, self.policy_paused)
+        _, queued_at, bytes_before = self.log[reader.cursor - self.base_seq]
+        return Backlog(queued, self.bytes_total - bytes_before,
+                       max(reader.last_read, queued_at), self.policy_paused)
+
+    def slowest(self) -> Reader | None:
+        return min(self.readers, key=lambda r: r.cursor, default=None)
+
+
+class Reader:
+    """One client following a stream: `next` gives the event at its cursor (waiting
+    for it), `ack` moves on once it is written, `detach` ends the reading."""
+
+    def __init__(self, hub: Hub, stream: Stream, cursor: int):
+        self.hub = hub
+        self.stream = stream
+        self.cursor = cursor
+        self.last_read = time.monotonic()
+        self.cut = asyncio.Event()
+        """Set when the hub gives up on this reader (a dropped stream it never drains)."""
+        self._wake = asyncio.Event()
+        self._detached = False
+
+    async def next(self, timeout: float | None = None) -> HubEvent | None:
+        """The next event, or None if none came within `timeout` seconds."""
+        while (event := self.stream.event_at(self.cursor)) is None:
+            self._wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancel that lands as the wake-up does, and the stream's writer then
+            # never learns that its client left.
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                return None
+        return event
+
+    def ack(self) -> None:
+        self.cursor += 1
+        self.last_read = time.monotonic()
+        self.hub._read(self.stream)
+
+    def detach(self, left: bool) -> None:
+        """`left`: the client went away (rather than reading to the end)."""
+        if not self._detached:
+            self._detached = True
+            self.hub._detach(self, left)
+
+
+# -- the hub -------------------------------------------------------------------
