@@ -35,6 +35,7 @@ from scheduler import QueueFull, RequestTooLarge, SchedulerConfig, SubmitRefused
 from . import wire_anthropic, wire_openai, wire_stream
 from .engine import Engine
 from .engine_info import describe
+from .h2_flow import AutoBackpressuredProtocol
 from .hub import Hub
 from .stream import EventGone, Reader, Stream, StreamOver, UnknownStream
 from .stream_events import Done, Token
@@ -434,13 +435,13 @@ class NoDelay:
 
 
 class LiveConfig(uvicorn.Config):
-    """uvicorn's settings, with `NoDelay` mixed into whichever protocol they choose:
-    with `http2`, uvicorn picks its own (zttp's, which tells a connection starting
-    with the HTTP/2 preface from an HTTP/1.1 one) and takes no class from us."""
+    """uvicorn's settings, with `NoDelay` mixed into whichever protocol they choose,
+    and with `http2` the same choice of protocol per connection (the HTTP/2 preface,
+    or HTTP/1.1) but HTTP/2 with backpressure (`h2_flow`)."""
 
     def load(self) -> None:
         super().load()
-        chosen = self.http_protocol_class
+        chosen = AutoBackpressuredProtocol if self.http2 else self.http_protocol_class
         self.http_protocol_class = type(f"NoDelay{chosen.__name__}", (NoDelay, chosen), {})
 
 

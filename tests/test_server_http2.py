@@ -26,7 +26,7 @@ import pytest
 from live.serve_config import ServeSettings
 from live.sse_parser import SSEEvent, SSEParser
 from live_server import (PacedRunner, RawStream, ServerThread, ToyTokenizer, engine_alone,
-                         held_app, stats, tiny_app, wait_for, wait_idle)
+                         held_app, running_server, stats, tiny_app, wait_for, wait_idle)
 from tiny_models import tiny_llama
 
 TOK = ToyTokenizer()
@@ -348,3 +348,25 @@ def test_python_m_live_serve_http2_speaks_both_versions(tmp_path, smollm2):
         assert [e.event for e in events] == ["start", "token", "token", "token", "done"]
     assert token_ids(answers[0][1]) == token_ids(answers[1][1])  # greedy: the same answer
     assert '"http2": true' in process.stdout.read()
+
+
+def test_a_stalled_http2_reader_is_paused_and_resumes_when_it_reads():
+    # Events padded well past the client's 64 KiB window: a reader that grants no
+    # credit backs up into its stream's queue, as over HTTP/1.1 when the socket fills.
+    app, engine = tiny_app(ServeSettings(http2=True, policy="pause", max_queued=4,
+                                         event_padding=256 * 1024))
+    prompt = "stalled over h2"
+    with running_server(app) as url:
+        client = H2Client(url)
+        stream_id = client.post("/v1/stream", {"prompt": prompt, "max_new_tokens": 40})
+        paused = wait_for(lambda: (s := stats(url))["paused"] == 1 and s, what="the pause")
+        assert paused["blocks_reserved"] > 0 and paused["finished"] == {}
+        client.read_to_end(stream_id)
+        after = wait_idle(url)
+    tokens, text, _ = engine_alone(TOK.encode(prompt), 40)
+    events = client.events[stream_id]
+    assert [e.event for e in events] == ["start"] + ["token"] * 40 + ["done"]
+    assert token_ids(events) == tokens
+    assert after["finished"] == {"length": 1} and after["paused"] == 0
+    assert after["blocks_free"] == after["num_blocks"]
+    assert engine.core.is_drained()
