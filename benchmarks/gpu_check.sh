@@ -8,7 +8,7 @@
 #   DEVICE=cpu bash benchmarks/gpu_check.sh               # dry run on a CPU
 #
 # pytest comes from the interpreter, or else from the wheels in $GPU_WHEELS
-# (default out/gpu-wheels; fill it with `pip download pytest -d out/gpu-wheels`),
+# (default out/gpu-wheels; fill it with `bash benchmarks/gpu_wheels.sh fill`),
 # installed into a scratch folder, never into the system.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,8 +32,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! "$PYTHON" -c 'import pytest' 2>/dev/null; then
   deps=$(mktemp -d)
-  "$PYTHON" -m pip install -q --no-index --find-links "$GPU_WHEELS" --target "$deps" pytest \
-    2>&1 | tee -a "$OUT/env.log"
+  PYTHON="$PYTHON" bash benchmarks/gpu_wheels.sh install "$deps" "$GPU_WHEELS" 2>&1 | tee -a "$OUT/env.log"
   export PYTHONPATH="$PYTHONPATH:$deps"
 fi
 
