@@ -62,6 +62,19 @@ def _server(args) -> ServeOptions | str:
     return args.url
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def _calibration_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibration-time-scale", type=_positive, default=1.0, metavar="F",
+                   help="multiply the calibration workload's arrival times by F (below 1 for "
+                   "servers much faster than a small model on a CPU, e.g. 0.25 on a GPU)")
+
+
 def _profile_key(server: ServeOptions | str) -> tuple[str, str, str]:
     """The hardware, model and dtype a cached profile of `server` is named after."""
     if isinstance(server, str):
@@ -71,7 +84,7 @@ def _profile_key(server: ServeOptions | str) -> tuple[str, str, str]:
 
 
 def run_calibrate(args) -> int:
-    _, path = calibrate(_server(args), args.out)
+    _, path = calibrate(_server(args), args.out, time_scale=args.calibration_time_scale)
     print(f"profile written to {path}")
     return 0
 
@@ -87,7 +100,7 @@ def run_compare(args) -> int:
             print(f"using the profile measured earlier on this hardware: {cached}")
             profile = load_profile(cached)
         else:
-            profile, _ = calibrate(server, args.out)
+            profile, _ = calibrate(server, args.out, time_scale=args.calibration_time_scale)
     comparison = compare(trace, profile, server, args.out)
     table = rows(comparison)
     plots = write_plots(comparison, args.out)
@@ -108,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("calibrate", help="serve, drive, fit a step-cost profile")
     _serve_options(p)
+    _calibration_options(p)
     p.set_defaults(func=run_calibrate)
     for name, help_text, recalibrate in (
             ("compare", "replay a trace live and simulated and report the difference", False),
@@ -116,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         _serve_options(p)
         p.add_argument("--trace", default=str(DEFAULT_TRACE), help="any format traces reads")
         p.add_argument("--profile", help="a profile JSON; none: calibrate here (cached)")
+        _calibration_options(p)
         p.set_defaults(func=run_compare, recalibrate=recalibrate)
     args = parser.parse_args(argv)
     try:

@@ -28,12 +28,16 @@ def cached_profile_path(hardware: str, model: str, dtype: str) -> Path:
 
 
 def calibrate(server: ServeOptions | str, out_dir: Path,
-              workload: list[TraceRequest] | None = None, log=print) -> tuple[Profile, Path]:
-    """`server`: the settings to start one with, or the URL of one running."""
+              workload: list[TraceRequest] | None = None, log=print,
+              time_scale: float = 1.0) -> tuple[Profile, Path]:
+    """`server`: the settings to start one with, or the URL of one running.
+    `time_scale` packs the default workload's arrivals closer (see
+    `calibration_workload`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with live_target(server, out_dir / "calibration-server.log") as target:
         info = target.info
-        workload = workload or calibration_workload(info.scheduler["max_batch"])
+        workload = workload or calibration_workload(info.scheduler["max_batch"],
+                                                    time_scale=time_scale)
         log(f"calibrating: {info.model} on {info.hardware} ({info.device}, {info.dtype}) at "
             f"{target.url}, {len(workload)} requests")
         live_replay(target.url, WARMUP)  # first steps pay one-off allocation costs

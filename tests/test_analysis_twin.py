@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from analysis.__main__ import main as analysis_main
 from analysis.calibrate import calibrate
 from analysis.compare import compare
 from analysis.plots import write_plots
@@ -82,3 +83,11 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
     assert "ttft_p50_s" in out.stdout and "makespan_s" in out.stdout
     assert f"report: {tmp_path / 'cli' / 'report.md'}" in out.stdout
     assert (tmp_path / "cli" / "live-outcomes.jsonl").exists()
+
+
+@pytest.mark.parametrize("scale", ["0", "-1"])
+def test_a_calibration_time_scale_that_is_not_positive_is_refused_before_anything_runs(scale, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        analysis_main(["calibrate", "--calibration-time-scale", scale])
+    assert exit_.value.code == 2
+    assert "must be above 0" in capsys.readouterr().err
