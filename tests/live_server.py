@@ -12,8 +12,11 @@ import json
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from collections.abc import Iterator
 
 import httpx
@@ -352,3 +355,32 @@ def wait_idle(base_url: str) -> dict:
         busy = s["running"] or s["waiting"] or s["paused"] or s["blocks_reserved"] or s["inbox"]
         return None if busy else s
     return wait_for(idle, what="the engine to hold nothing")
+
+
+@contextlib.contextmanager
+def serve_command(*args: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`python -m live serve ARGS` on a free port, as a user starts it: the process
+    (its output in `.stdout`) and its base URL once it is healthy. Killed at the end
+    if the test has not stopped it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "live", "serve", "--port", str(port), *args],
+        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        def healthy():
+            if process.poll() is not None:
+                raise AssertionError(process.stdout.read())
+            try:
+                return httpx.get(url + "/health").status_code == 200
+            except httpx.TransportError:
+                return False
+        wait_for(healthy, timeout=120, interval=0.2, what="the server to start")
+        yield process, url
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

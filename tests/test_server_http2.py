@@ -12,9 +12,6 @@ import asyncio
 import json
 import signal
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import h2.config
 import h2.connection
@@ -26,7 +23,8 @@ import pytest
 from live.serve_config import ServeSettings
 from live.sse_parser import SSEEvent, SSEParser
 from live_server import (PacedRunner, RawStream, ServerThread, ToyTokenizer, engine_alone,
-                         held_app, running_server, stats, tiny_app, wait_for, wait_idle)
+                         held_app, running_server, serve_command, stats, tiny_app, wait_for,
+                         wait_idle)
 from tiny_models import tiny_llama
 
 TOK = ToyTokenizer()
@@ -319,30 +317,10 @@ def test_python_m_live_serve_http2_speaks_both_versions(tmp_path, smollm2):
     model = tiny_llama(vocab_size=len(smollm2.tokenizer))
     model.save_pretrained(tmp_path)
     smollm2.tokenizer.save_pretrained(tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "live", "serve", "--model", str(tmp_path), "--http2",
-         "--port", str(port), "--num-blocks", "64"],
-        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
-    try:
-        def healthy():
-            if process.poll() is not None:
-                raise AssertionError(process.stdout.read())
-            try:
-                return httpx.get(url + "/health").status_code == 200
-            except httpx.TransportError:
-                return False
-        wait_for(healthy, timeout=120, interval=0.2, what="the server to start")
+    with serve_command("--model", str(tmp_path), "--http2", "--num-blocks", "64") as (process, url):
         answers = asyncio.run(_one_stream_each_way(url))
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert [version for version, _ in answers] == ["HTTP/2", "HTTP/1.1"]
     for _, events in answers:
         assert [e.event for e in events] == ["start", "token", "token", "token", "done"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from live_server import (PacedRunner, RawStream, ServerThread, running_server, stats, tiny_app,
-                         wait_for, wait_idle)
+from live_server import (PacedRunner, RawStream, ServerThread, running_server, serve_command,
+                         stats, tiny_app, wait_for, wait_idle)
 
 HISTOGRAMS = ["twinstep_time_to_first_token_seconds", "twinstep_inter_token_seconds",
               "twinstep_queue_time_seconds", "twinstep_e2e_request_seconds"]
@@ -96,31 +96,11 @@ def test_graceful_shutdown_ends_every_open_stream_with_a_last_event_and_a_whole_
     assert summary.blocks_reserved == summary.blocks_used == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_python_m_live_serve_stops_gracefully_on_sigterm(smollm2, tmp_path):
     """The command line on the embedded SmolLM2 (converted once by the fixture)."""
-    port = _free_port()
     steps = tmp_path / "steps.jsonl"
-    root = Path(__file__).resolve().parents[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "live", "serve", "--port", str(port), "--num-blocks", "64",
-         "--max-batch", "4", "--policy", "pause", "--step-log", str(steps)],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        def healthy():
-            if process.poll() is not None:
-                raise AssertionError(process.stdout.read())
-            try:
-                return httpx.get(url + "/health").status_code == 200
-            except httpx.TransportError:
-                return False
-        wait_for(healthy, timeout=120, interval=0.2, what="the server to start")
+    with serve_command("--num-blocks", "64", "--max-batch", "4", "--policy", "pause",
+                       "--step-log", str(steps)) as (process, url):
         client = RawStream(url, "/v1/stream", {"prompt": "Count to a thousand:",
                                                "max_new_tokens": 500, "ignore_eos": True})
         client.read_events(3)
@@ -128,9 +108,7 @@ def test_python_m_live_serve_stops_gracefully_on_sigterm(smollm2, tmp_path):
         done = json.loads(client.read_to_end()[-1].data)
         client.close()
         assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
+    port = url.rsplit(":", 1)[1]
     output = process.stdout.read()
     assert done["finish_reason"] == "cancelled"
     assert f"on http://127.0.0.1:{port}" in output and '"policy": "pause"' in output
