@@ -35,7 +35,6 @@ class PagedContext:
     owner: torch.Tensor
     grid_index: torch.Tensor
     mask: torch.Tensor
-    num_seqs: int
     widest: int
 
     @classmethod
@@ -55,7 +54,7 @@ class PagedContext:
         lens = torch.tensor(context_lens, device=device).index_select(0, owner_t)
         mask = torch.where(slot_pos < lens[:, None], 0.0, float("-inf"))
         return cls(torch.tensor(ids, dtype=torch.long, device=device), owner_t,
-                   torch.tensor(grid, dtype=torch.long, device=device), mask, len(counts), widest)
+                   torch.tensor(grid, dtype=torch.long, device=device), mask, widest)
 
 
 class DecodeAttention(Protocol):
