@@ -9,6 +9,7 @@ sequence owns and attend to one token, and their logits are dropped."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -16,6 +17,26 @@ from .triton_attention import BlockTables
 
 DecodeForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, BlockTables], torch.Tensor]
 """(token ids, positions, cache slots, block tables) -> logits `[rows, vocab]`."""
+
+Capture = Callable[[Callable[[], torch.Tensor]], tuple[Callable[[], None], torch.Tensor]]
+"""Records a step that reads fixed buffers; returns what replays it and the tensor
+each replay writes its output to."""
+
+
+class CudaGraphCapture:
+    """Captures steps as CUDA graphs that share one memory pool: the graphs of a
+    ladder never run at once, so they can take turns with the same memory."""
+
+    def __init__(self):
+        self.pool = None
+
+    def __call__(self, step: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
+        _warm_up(step)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            output = step()
+        self.pool = graph.pool()
+        return graph.replay, output
 
 
 def batch_ladder(max_batch: int) -> list[int]:
@@ -27,9 +48,10 @@ def batch_ladder(max_batch: int) -> list[int]:
 
 class DecodeGraphs:
     def __init__(self, forward: DecodeForward, max_batch: int, max_blocks_per_seq: int,
-                 pad_slot: int, device: torch.device):
-        """Captures `forward` for every size of `batch_ladder(max_batch)`. Call it
-        under `torch.inference_mode()`, before any decode has run."""
+                 pad_slot: int, device: torch.device, capture: Capture | None = None):
+        """Captures `forward` for every size of `batch_ladder(max_batch)`, as CUDA
+        graphs unless another `capture` is given. Call it under
+        `torch.inference_mode()`, before any decode has run."""
         self.sizes = batch_ladder(max_batch)
         self.max_blocks_per_seq = max_blocks_per_seq
         self.pad_slot = pad_slot
@@ -38,19 +60,14 @@ class DecodeGraphs:
         self.slots = torch.full((max_batch,), pad_slot, dtype=torch.long, device=device)
         self.tables = torch.zeros(max_batch, max_blocks_per_seq, dtype=torch.int32, device=device)
         self.lens = torch.ones(max_batch, dtype=torch.int32, device=device)
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        capture = capture or CudaGraphCapture()
+        self._replays: dict[int, Callable[[], None]] = {}
         self._logits: dict[int, torch.Tensor] = {}
-        pool = None
         # Largest first: the smaller graphs then fit in the memory the largest took.
         for size in reversed(self.sizes):
             inputs = (self.ids[:size], self.positions[:size], self.slots[:size],
                       BlockTables(self.tables[:size], self.lens[:size]))
-            _warm_up(forward, inputs)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self._logits[size] = forward(*inputs)
-            pool = graph.pool()
-            self._graphs[size] = graph
+            self._replays[size], self._logits[size] = capture(partial(forward, *inputs))
 
     def fits(self, block_tables: list[list[int]]) -> bool:
         """Whether a decode batch with these block tables can replay a graph."""
@@ -78,16 +95,16 @@ class DecodeGraphs:
         self.positions[n:size].zero_()
         self.slots[n:size].fill_(self.pad_slot)
         self.lens[n:size].fill_(1)
-        self._graphs[size].replay()
+        self._replays[size]()
         # A copy: graphs share one memory pool, so the next replay may overwrite these.
         return self._logits[size][:n].clone()
 
 
-def _warm_up(forward: DecodeForward, inputs: tuple) -> None:
+def _warm_up(step: Callable[[], torch.Tensor]) -> None:
     """One eager pass on a side stream before capture, so that Triton compiles and
     cuBLAS sets up its workspace outside the graph."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        forward(*inputs)
+        step()
     torch.cuda.current_stream().wait_stream(stream)
