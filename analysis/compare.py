@@ -1,6 +1,8 @@
 """The comparison: one trace replayed against the live server by the real client
 and in the simulator with a profile and the server's own settings, and the same
-figures computed from both."""
+summary computed from both: from the outcomes, the engine's time series (the live
+one read back from its step log) and the count of tokens made after clients left
+(the live server's own)."""
 from __future__ import annotations
 
 import json
@@ -8,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from live.loadgen import replay as live_replay
-from sim import Profile, TimeSeries, build_setup, replay as sim_replay
+from sim import Profile, TimeSeries, build_setup, replay as sim_replay, summarize_replay
 from traces import TraceRequest
 from traces.outcome import RequestOutcome, write_outcomes
+from traces.summary import Summary
 
-from .figures import Figures, figures
 from .live_series import series_from_steps
 from .live_target import live_target
 from .serve_options import ServeOptions
@@ -23,7 +25,7 @@ from .server_info import ServerInfo
 class Side:
     outcomes: list[RequestOutcome]
     series: TimeSeries
-    figures: Figures
+    summary: Summary
 
 
 @dataclass
@@ -48,15 +50,18 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
         result = live_replay(target.url, trace)
         steps = target.steps_after(mark)
     (out_dir / "live-steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    if result.wasted_tokens_total is None:
+        raise RuntimeError(f"GET {target.url}/stats failed after the replay: without the "
+                           f"server's count of tokens made after their clients left, the "
+                           f"live side's wasted work is unknown")
     live_series = series_from_steps(steps, result.started_unix)
     live = Side(result.outcomes, live_series,
-                figures(result.outcomes, live_series, result.wasted_tokens_total))
+                summarize_replay(result.outcomes, live_series,
+                                 wasted_tokens=result.wasted_tokens_total))
     log("sim: replaying the same trace on the virtual clock")
     setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)
     simulated = sim_replay(trace, setup)
-    sim = Side(simulated.outcomes, simulated.series,
-               figures(simulated.outcomes, simulated.series,
-                       sum(o.tokens_after_leave for o in simulated.outcomes)))
+    sim = Side(simulated.outcomes, simulated.series, simulated.summary)
     write_outcomes(out_dir / "live-outcomes.jsonl", live.outcomes)
     write_outcomes(out_dir / "sim-outcomes.jsonl", sim.outcomes)
     return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info)

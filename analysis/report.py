@@ -1,5 +1,6 @@
-"""The comparison as a table: each figure live, simulated, and the relative error,
-with the bound it is held to; written as markdown and JSON, printed as text."""
+"""The comparison as a table: each figure of the two summaries live, simulated,
+and the relative error, with the bound it is held to; written as markdown and
+JSON, printed as text."""
 from __future__ import annotations
 
 import json
@@ -8,27 +9,30 @@ from pathlib import Path
 
 from .compare import Comparison
 
-BOUNDS = {"ttft_p50_s": 0.10, "ttft_p99_s": 0.20, "throughput_tok_s": 0.05, "makespan_s": 0.05}
+BOUNDS = {"ttft_client_p50_s": 0.10, "ttft_client_p99_s": 0.20, "throughput_tok_s": 0.05,
+          "makespan_s": 0.05}
 """Relative error a calibrated simulator should stay within."""
-ROWS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "gap_p50_s", "gap_p99_s", "e2e_p50_s",
-        "e2e_p99_s", "throughput_tok_s", "makespan_s", "wasted_tokens", "peak_running",
-        "peak_waiting", "tokens_generated", "completed", "left")
+ROWS = ("ttft_client_p50_s", "ttft_client_p90_s", "ttft_client_p99_s", "gap_p50_s", "gap_p99_s",
+        "e2e_p50_s", "e2e_p99_s", "throughput_tok_s", "makespan_s", "wasted_tokens",
+        "peak_running", "peak_waiting", "tokens_generated", "completed", "left")
+"""The fields of `Summary` the table shows, in its order."""
 
 
 @dataclass(frozen=True)
 class Row:
     name: str
-    live: float
-    sim: float
+    live: float | None
+    sim: float | None
+    """None where a side has nothing to measure it on (no completed request, say)."""
     error: float | None
     """(sim - live) / live; for wasted tokens, the absolute difference; None when
-    live is 0 and sim is not."""
+    live is 0 and sim is not, or either is None."""
     bound: float | None
     ok: bool | None
 
 
 def rows(c: Comparison) -> list[Row]:
-    live, sim = c.live.figures.as_dict(), c.sim.figures.as_dict()
+    live, sim = c.live.summary.as_dict(), c.sim.summary.as_dict()
     out = []
     for name in ROWS:
         a, b = live[name], sim[name]
@@ -37,7 +41,10 @@ def rows(c: Comparison) -> list[Row]:
             error, bound = float(b - a), float(c.leavers)
             ok = abs(error) <= bound
         else:
-            error = (b - a) / a if a else (0.0 if b == a else None)
+            if a is None or b is None:
+                error = None
+            else:
+                error = (b - a) / a if a else (0.0 if b == a else None)
             bound = BOUNDS.get(name)
             ok = None if bound is None else error is not None and abs(error) <= bound
         out.append(Row(name, a, b, error, bound, ok))
@@ -76,7 +83,9 @@ def _cells(r: Row) -> tuple[str, str]:
     return error, "" if r.bound is None else f"±{r.bound:.0%}"
 
 
-def _num(v: float) -> str:
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
     if isinstance(v, int):
         return str(v)
     return f"{v:.4g}"

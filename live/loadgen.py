@@ -26,6 +26,7 @@ import httpx
 
 from traces.outcome import RequestOutcome
 from traces.record import ReadMode, TraceRequest
+from traces.summary import summarize
 
 from .raw_http import PROTOCOL_FAILURES, Connection, IdleTimeout, Response, Target, resolve
 from .sse_parser import Comment, SSEEvent, SSEParser
@@ -356,31 +357,27 @@ def replay(base_url: str, requests: list[TraceRequest], **options) -> LiveReplay
     return asyncio.run(replay_async(base_url, requests, **options))
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def summarize(result: LiveReplay) -> str:
-    outcomes = result.outcomes
-    refused = [o for o in outcomes if o.refused is not None]
-    left = [o for o in outcomes if o.left_s is not None]
-    reasons = Counter(o.finish_reason for o in outcomes
+def format_replay(result: LiveReplay) -> str:
+    """What `python -m live replay` prints: the replay's `Summary`, with the
+    server's count of tokens made after their client left."""
+    s = summarize(result.outcomes, wasted_tokens=result.wasted_tokens_total)
+    reasons = Counter(o.finish_reason for o in result.outcomes
                       if o.refused is None and o.left_s is None)
-    ttfts = [o.ttft_client_s for o in outcomes if o.ttft_client_s is not None]
-    generated = sum(o.tokens_generated for o in outcomes)
     lines = [
-        f"requests {len(outcomes)}, refused {len(refused)}, left {len(left)}",
+        f"requests {s.requests}, refused {s.refused}, left {s.left}",
         "finished: " + (", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
                         or "none"),
     ]
-    if ttfts:
-        lines.append(f"TTFT (client) p50 {_percentile(ttfts, 50) * 1e3:.1f} ms, "
-                     f"p99 {_percentile(ttfts, 99) * 1e3:.1f} ms")
-    if result.duration_s > 0:
-        lines.append(f"throughput {generated / result.duration_s:.1f} tokens/s "
-                     f"({generated} generated in {result.duration_s:.2f} s)")
-    wasted = "unknown (no /stats)" if result.wasted_tokens_total is None else result.wasted_tokens_total
+    if s.ttft_client_p50_s is not None:
+        lines.append(f"TTFT (client) p50 {s.ttft_client_p50_s * 1e3:.1f} ms, "
+                     f"p99 {s.ttft_client_p99_s * 1e3:.1f} ms")
+    if s.gap_p50_s is not None:
+        lines.append(f"inter-token gap p50 {s.gap_p50_s * 1e3:.1f} ms, "
+                     f"p99 {s.gap_p99_s * 1e3:.1f} ms")
+    if s.throughput_tok_s is not None:
+        lines.append(f"throughput {s.throughput_tok_s:.1f} tokens/s "
+                     f"({s.tokens_generated} generated in {s.makespan_s:.2f} s)")
+    wasted = "unknown (no /stats)" if result.wasted_tokens_total is None else s.wasted_tokens
     lines.append(f"wasted tokens (made after their client left) {wasted}")
     if result.problems:
         lines.append(f"problems {len(result.problems)} (see the log)")
@@ -410,5 +407,5 @@ def run_replay_command(args) -> int:
                     max_connections=args.max_connections, timeout_s=args.timeout_s)
     if args.out:
         write_outcomes(args.out, result.outcomes)
-    print(summarize(result))
+    print(format_replay(result))
     return 0

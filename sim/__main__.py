@@ -16,9 +16,9 @@ from pathlib import Path
 from scheduler import BACKLOG_POLICIES
 from traces import load_trace
 from traces.load_options import add_load_options, load_options
+from traces.summary import format_summary
 
 from .cost_model import ConstantCost, CostModel
-from .metrics import format_summary
 from .profile import CPU_SMOLLM2, build_profile, load_profile, save_profile
 from .progress import ReplayBar, SweepBar, wanted
 from .replay import replay

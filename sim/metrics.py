@@ -1,116 +1,18 @@
-"""The summary of a replay, computed from per-request outcomes alone (plus the
-engine's time series when there is one), so that analysis applies the very same
-function to live records and simulated ones."""
+"""The summary of a replay with what only the engine knows: its own count of the
+tokens it made and its peaks, taken from its time series. The live side's series,
+read back from its step log, goes through the same function."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from itertools import chain
-
-import numpy as np
-
 from traces.outcome import RequestOutcome
+from traces.summary import Summary, summarize
 
 from .timeseries import TimeSeries
 
-COMPLETED = frozenset({"length", "stop", "eos"})
-"""Finish reasons of a request that ran to its end."""
 
-
-@dataclass(frozen=True)
-class Summary:
-    requests: int
-    completed: int
-    """Ran to its end with the client reading to the last event."""
-    refused: int
-    left: int
-    """Clients that left before their stream ended."""
-    dropped: int
-    """Streams ended as `slow_client`."""
-    ttft_client_p50_s: float | None
-    ttft_client_p90_s: float | None
-    ttft_client_p99_s: float | None
-    ttft_engine_p50_s: float | None
-    ttft_engine_p90_s: float | None
-    ttft_engine_p99_s: float | None
-    gap_p50_s: float | None
-    """Inter-token gaps as the clients received them, all streams pooled."""
-    gap_p99_s: float | None
-    e2e_p50_s: float | None
-    """Arrival to last event, completed requests only."""
-    e2e_p90_s: float | None
-    e2e_p99_s: float | None
-    tokens_generated: int
-    tokens_read: int
-    wasted_tokens: int
-    """Tokens made after their client had left."""
-    makespan_s: float
-    """First arrival to the last thing that happened."""
-    throughput_tok_s: float | None
-    """Tokens generated per second of makespan."""
-    peak_running: int | None = None
-    peak_waiting: int | None = None
-    peak_paused: int | None = None
-    peak_blocks_reserved: int | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def summarize(outcomes: list[RequestOutcome], series: TimeSeries | None = None) -> Summary:
-    ttft_client = [o.ttft_client_s for o in outcomes if o.first_token_client_s is not None]
-    ttft_engine = [o.ttft_engine_s for o in outcomes if o.first_token_engine_s is not None]
-    completed = [o for o in outcomes if o.finish_reason in COMPLETED and o.left_s is None]
-    ends = [o.finish_s for o in outcomes if o.finish_s is not None]
-    if series is not None and series.time_s:
-        ends.append(series.time_s[-1])
-    start = min((o.arrival_s for o in outcomes), default=0.0)
-    makespan = max(ends) - start if ends else 0.0
-    generated = sum(o.tokens_generated for o in outcomes)
-    t50, t90, t99 = _percentiles(ttft_client, (50, 90, 99))
-    e50, e90, e99 = _percentiles(ttft_engine, (50, 90, 99))
-    g50, g99 = _percentiles(_gaps(outcomes), (50, 99))
-    d50, d90, d99 = _percentiles([o.finish_s - o.arrival_s for o in completed], (50, 90, 99))
-    peaks = {}
-    if series is not None:
-        peaks = {f"peak_{c}": series.peak(c) for c in ("running", "waiting", "paused", "blocks_reserved")}
-    return Summary(
-        requests=len(outcomes), completed=len(completed),
-        refused=sum(o.refused is not None for o in outcomes),
-        left=sum(o.left_s is not None for o in outcomes),
-        dropped=sum(o.finish_reason == "slow_client" for o in outcomes),
-        ttft_client_p50_s=t50, ttft_client_p90_s=t90, ttft_client_p99_s=t99,
-        ttft_engine_p50_s=e50, ttft_engine_p90_s=e90, ttft_engine_p99_s=e99,
-        gap_p50_s=g50, gap_p99_s=g99, e2e_p50_s=d50, e2e_p90_s=d90, e2e_p99_s=d99,
-        tokens_generated=generated, tokens_read=sum(o.tokens_read for o in outcomes),
-        wasted_tokens=sum(o.tokens_after_leave for o in outcomes),
-        makespan_s=makespan, throughput_tok_s=generated / makespan if makespan > 0 else None,
-        **peaks)
-
-
-def format_summary(summary: Summary) -> str:
-    """Two columns, one metric a line."""
-    lines = []
-    for name, value in summary.as_dict().items():
-        if value is None:
-            shown = "-"
-        elif isinstance(value, float):
-            shown = f"{value:.6g}"
-        else:
-            shown = str(value)
-        lines.append(f"{name:<22} {shown:>14}")
-    return "\n".join(lines)
-
-
-def _gaps(outcomes: list[RequestOutcome]) -> np.ndarray:
-    """Every stream's inter-token gaps, pooled: the differences of all token times
-    laid end to end, less those that span two streams."""
-    streams = [o.token_times_s for o in outcomes if len(o.token_times_s) > 1]
-    lengths = np.array([len(times) for times in streams], dtype=np.int64)
-    times = np.fromiter(chain.from_iterable(streams), dtype=float, count=int(lengths.sum()))
-    return np.delete(np.diff(times), np.cumsum(lengths)[:-1] - 1)
-
-
-def _percentiles(values, qs: tuple[int, ...]) -> list[float | None]:
-    if len(values) == 0:
-        return [None] * len(qs)
-    return [float(v) for v in np.percentile(values, qs)]
+def summarize_replay(outcomes: list[RequestOutcome], series: TimeSeries, *,
+                     wasted_tokens: int | None = None) -> Summary:
+    """`wasted_tokens`: the server's own count, when it has one (see `summarize`)."""
+    return summarize(outcomes, tokens_generated=sum(series.tokens), wasted_tokens=wasted_tokens,
+                     peak_running=series.peak("running"), peak_waiting=series.peak("waiting"),
+                     peak_paused=series.peak("paused"),
+                     peak_blocks_reserved=series.peak("blocks_reserved"))

@@ -10,11 +10,12 @@ import simpy
 from scheduler import Scheduler
 from traces.outcome import RequestOutcome
 from traces.record import TraceRequest
+from traces.summary import Summary
 
 from .client import SimClient
 from .engine import SimEngine
 from .hub import Hub
-from .metrics import Summary, summarize
+from .metrics import summarize_replay
 from .settings import ReplaySetup
 from .timeseries import TimeSeries
 
@@ -76,7 +77,7 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
     if stuck:
         raise ReplayNotDrained(f"{len(stuck)} clients never saw their stream end, e.g. {stuck[:5]}")
     outcomes = [c.outcome for c in clients]
-    return Replay(outcomes, series, summarize(outcomes, series), core.summary().step,
+    return Replay(outcomes, series, summarize_replay(outcomes, series), core.summary().step,
                   hub.events_discarded, time.perf_counter() - started)
 
 

@@ -13,9 +13,9 @@ from typing import Callable
 
 from traces.record import TraceRequest
 from traces.shaping import shape
+from traces.summary import Summary
 
 from .cost_model import CostModel
-from .metrics import Summary
 from .replay import replay
 from .settings import SETTINGS, ReplaySetup, build_setup
 

@@ -48,7 +48,7 @@ def test_calibrate_compare_and_report(model_dir, tmp_path):
                 assert o.finish_reason == "length" and o.tokens_read == r.max_new_tokens
                 assert o.first_token_client_s >= o.arrival_s
     assert comparison.leavers == 2
-    assert comparison.live.figures.completed == comparison.sim.figures.completed == 8
+    assert comparison.live.summary.completed == comparison.sim.summary.completed == 8
 
     table = rows(comparison)
     plots = write_plots(comparison, tmp_path / "cmp")
@@ -80,7 +80,7 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
          "--profile", str(profile), "--out", str(tmp_path / "cli")],
         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "ttft_p50_s" in out.stdout and "makespan_s" in out.stdout
+    assert "ttft_client_p50_s" in out.stdout and "makespan_s" in out.stdout
     assert f"report: {tmp_path / 'cli' / 'report.md'}" in out.stdout
     assert (tmp_path / "cli" / "live-outcomes.jsonl").exists()
 

@@ -1,6 +1,7 @@
 """Request traces: the native JSONL format, loaders for public traces, synthetic
 generators and sample traces. One trace drives both the simulator and the live
-load generator. See traces/README.md for the format and the command line."""
+load generator, and one summary (`summarize`) measures what either made of it.
+See traces/README.md for the format and the command line."""
 from pathlib import Path
 
 from .arrivals import arrival_times
@@ -16,6 +17,7 @@ from .mooncake import load_mooncake
 from .record import Client, LeaveHow, ReadMode, TraceRequest
 from .shaping import shape
 from .stats import TraceStats, format_stats, trace_stats
+from .summary import Summary, format_summary, summarize
 from .vidur import load_vidur
 
 SAMPLES_DIR = Path(__file__).parent / "samples"
@@ -23,7 +25,8 @@ SAMPLES_DIR = Path(__file__).parent / "samples"
 
 __all__ = [
     "SAMPLES_DIR", "Client", "ClientMix", "Fixed", "LeaveHow", "LogNormal", "ReadMode",
-    "Resampled", "TraceError", "TraceRequest", "TraceStats", "Uniform", "arrival_times",
-    "detect_format", "format_stats", "generate", "load_azure", "load_burstgpt", "load_mooncake",
-    "load_trace", "load_vidur", "parse_lengths", "read_trace", "shape", "trace_stats", "write_trace",
+    "Resampled", "Summary", "TraceError", "TraceRequest", "TraceStats", "Uniform", "arrival_times",
+    "detect_format", "format_stats", "format_summary", "generate", "load_azure", "load_burstgpt",
+    "load_mooncake", "load_trace", "load_vidur", "parse_lengths", "read_trace", "shape",
+    "summarize", "trace_stats", "write_trace",
 ]
