@@ -18,7 +18,7 @@ from .compare import compare
 from .live_target import LiveTarget
 from .plots import write_plots
 from .report import rows, text_table, write_report
-from .serve_options import ServeOptions
+from .serve_options import BadServeOptions, ServeOptions
 from .server_info import SettingsDisagree
 
 DEFAULT_TRACE = SAMPLES_DIR / "mixed.jsonl"
@@ -44,6 +44,11 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
                        ("stall_timeout_s", float)):
         g.add_argument(f"--{name.replace('_', '-')}", type=kind, default=unset,
                        help=f"(default: {getattr(d, name)})")
+    g.add_argument("--gpu-memory-fraction", type=float, default=unset, metavar="F",
+                   help="on CUDA: size the KV pool from this share of the GPU's memory, "
+                        "instead of --num-blocks")
+    g.add_argument("--eager", action="store_true", default=unset,
+                   help="on CUDA: decode eagerly rather than from CUDA graphs")
     p.add_argument("--out", type=Path, default=Path("runs/twin"), help="where reports go")
 
 
@@ -53,6 +58,8 @@ def _server(args) -> ServeOptions | str:
     flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeOptions)
              if hasattr(args, f.name)}
     if args.url is None:
+        if "gpu_memory_fraction" in flags:
+            flags.setdefault("num_blocks", None)  # the fraction sizes the pool
         return ServeOptions(**flags)
     with LiveTarget(args.url) as target:
         disagree = target.info.disagreements(flags)
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except SettingsDisagree as exc:
+    except (SettingsDisagree, BadServeOptions) as exc:
         print(f"python -m analysis: {exc}", file=sys.stderr)
         return 2
     except httpx.HTTPError as exc:

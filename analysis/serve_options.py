@@ -16,6 +16,10 @@ def spare_one_core() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+class BadServeOptions(ValueError):
+    """Serve settings that cannot go together."""
+
+
 @dataclass(frozen=True)
 class ServeOptions:
     model: str | None = None
@@ -23,18 +27,35 @@ class ServeOptions:
     dtype: str = "float32"
     threads: int | None = field(default_factory=spare_one_core)
     max_batch: int = 16
-    num_blocks: int = 1024
+    num_blocks: int | None = 1024
+    """None: the server sizes its pool (from `gpu_memory_fraction` on CUDA)."""
+    gpu_memory_fraction: float | None = None
+    eager: bool = False
+    """On CUDA: decode eagerly rather than from CUDA graphs."""
     block_size: int = 16
     max_waiting: int = 256
     policy: str = "pause_then_drop"
     max_queued: int = 64
     stall_timeout_s: float = 30.0
 
+    def __post_init__(self):
+        if self.gpu_memory_fraction is None:
+            return
+        if self.device != "cuda":
+            raise BadServeOptions("--gpu-memory-fraction sizes the KV pool of a CUDA device; "
+                             f"the device is {self.device}")
+        if self.num_blocks is not None:
+            raise BadServeOptions("give the KV pool as --num-blocks or --gpu-memory-fraction, not both")
+
     def serve_args(self) -> list[str]:
         args = ["--device", self.device, "--dtype", self.dtype, "--max-batch", str(self.max_batch),
-                "--num-blocks", str(self.num_blocks), "--block-size", str(self.block_size),
+                "--block-size", str(self.block_size),
                 "--max-waiting", str(self.max_waiting), "--policy", self.policy,
                 "--max-queued", str(self.max_queued), "--stall-timeout-s", str(self.stall_timeout_s)]
+        args += ["--num-blocks", str(self.num_blocks)] if self.num_blocks is not None else []
+        if self.gpu_memory_fraction is not None:
+            args += ["--gpu-memory-fraction", str(self.gpu_memory_fraction)]
+        args += ["--eager"] if self.eager else []
         args += ["--threads", str(self.threads)] if self.threads else []
         return args + (["--model", self.model] if self.model else [])
 

@@ -25,6 +25,8 @@ class ServerInfo:
     """The backlog policy's name and its parameters."""
     streams: dict
     """The hub's settings: max_queued, stall_timeout_s, resume_grace_s, keepalive_s, …"""
+    runner: dict
+    """How the model runs: gpu_memory_fraction (None unless it sized the pool), eager."""
     steps: dict
     """The step ring: its size and the newest step."""
     time_unix: float
@@ -41,6 +43,8 @@ class ServerInfo:
         return {"model": self.model, "device": self.device, "dtype": self.dtype,
                 "threads": self.torch_threads, "max_batch": self.scheduler["max_batch"],
                 "num_blocks": self.scheduler["num_blocks"],
+                "gpu_memory_fraction": self.runner["gpu_memory_fraction"],
+                "eager": self.runner["eager"],
                 "block_size": self.scheduler["block_size"],
                 "max_waiting": self.scheduler["max_waiting"], "policy": self.policy["name"],
                 "max_queued": self.streams["max_queued"],

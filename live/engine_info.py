@@ -48,6 +48,9 @@ def describe(engine: Engine, model_name: str, settings: ServeSettings) -> dict:
                     "keepalive_s": settings.keepalive_s,
                     "replay_events": settings.replay_events,
                     "event_padding": settings.event_padding},
+        "runner": {"gpu_memory_fraction": (settings.gpu_memory_fraction if settings.num_blocks is None
+                                           and settings.device.startswith("cuda") else None),
+                   "eager": settings.eager},
         "steps": {"ring": engine.step_log.ring_size, "last": engine.step_log.last_step},
         "time_unix": time.time(),
     }

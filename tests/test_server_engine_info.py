@@ -42,6 +42,7 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
         assert info["streams"] == {"max_queued": 7, "stall_timeout_s": 30.0,
                                    "resume_grace_s": 2.0, "keepalive_s": 5.0,
                                    "replay_events": 256, "event_padding": 0}
+        assert info["runner"] == {"gpu_memory_fraction": None, "eager": False}
         assert info["steps"] == {"ring": 50, "last": 0}
 
         httpx.post(url + "/v1/stream", json={"prompt": "hello", "max_new_tokens": 6})
