@@ -63,9 +63,9 @@ class Hub:
         """Attach to the running loop; start watching stalls if the policy drops."""
         self._loop = loop
         self._drained = asyncio.Event()
-        stall = getattr(self.policy, "stall_timeout_s", None)
-        if stall is not None:
-            self._watchdog = loop.create_task(self._watch(min(1.0, max(0.01, stall / 4))))
+        interval = self.policy.stall_check_interval_s
+        if interval is not None:
+            self._watchdog = loop.create_task(self._watch(interval))
 
     # -- the step thread --------------------------------------------------------
 

@@ -36,6 +36,10 @@ class BacklogPolicy:
     """True when the step loop must not start a step while this stream has queued
     events: the head-of-line blocking a server that awaits each write gets."""
 
+    stall_check_interval_s: float | None = None
+    """How often a driver looks for stalls that end the policy's patience while no
+    event arrives; None when the policy never drops."""
+
     def decide(self, backlog: Backlog, now: float) -> Decision:
         raise NotImplementedError
 
@@ -78,8 +82,26 @@ class Pause(BacklogPolicy):
         return _pause_or_resume(backlog, self.max_queued, self.resume_at)
 
 
+class StallTimeout(BacklogPolicy):
+    """A policy that drops a stream whose stall outlasts `stall_timeout_s`. A stall
+    can outlast it while no event arrives (the stream paused, the engine idle), so
+    the driver also looks for stalls on a watchdog that ticks every
+    `stall_check_interval_s`: a quarter of the timeout, between 10 ms and 1 s, so
+    that a drop comes at most that late."""
+
+    stall_timeout_s: float
+
+    @property
+    def stall_check_interval_s(self) -> float:
+        return min(1.0, max(0.01, self.stall_timeout_s / 4))
+
+    def __post_init__(self):
+        if not self.stall_timeout_s > 0:
+            raise ValueError("stall_timeout_s must be positive")
+
+
 @dataclass(frozen=True)
-class Drop(BacklogPolicy):
+class Drop(StallTimeout):
     """Cancel the stream once its reader has taken nothing for `stall_timeout_s`
     while events wait."""
 
@@ -93,7 +115,7 @@ class Drop(BacklogPolicy):
 
 
 @dataclass(frozen=True)
-class PauseThenDrop(BacklogPolicy):
+class PauseThenDrop(StallTimeout):
     """Pause above `max_queued`; if the stall outlasts `stall_timeout_s`, cancel."""
 
     max_queued: int = 64
@@ -103,6 +125,7 @@ class PauseThenDrop(BacklogPolicy):
 
     def __post_init__(self):
         Pause.__post_init__(self)  # same thresholds, same checks
+        super().__post_init__()
 
     def decide(self, backlog: Backlog, now: float) -> Decision:
         if backlog.stalled_for(now) > self.stall_timeout_s:

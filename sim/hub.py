@@ -1,8 +1,16 @@
 """The server side of every stream, the simulated twin of the live hub: it hands
 each step's events to the streams, applies the backlog policy, and turns drops and
-client disconnects into cancels in the core's inbox."""
+client disconnects into cancels in the core's inbox.
+
+Under a policy that drops stalled streams the hub also looks for stalls on a
+watchdog, as the live hub does, since a stall can outlast the timeout while no
+step runs (the stream paused, the engine idle). The watchdog ticks at multiples of
+the policy's `stall_check_interval_s` on the virtual clock, but only ticks that can
+drop something are scheduled: one check per backlogged stream, at the first tick
+after its stall would outlast the timeout."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable
 
 import simpy
@@ -42,6 +50,10 @@ class Hub:
         """Requests whose client has left: what the engine makes for them is wasted."""
         self.events_discarded = 0
         """Events the engine made for streams the server had already closed."""
+        self.stall_check_s = policy.stall_check_interval_s
+        """The watchdog's tick; None when the policy never drops."""
+        self._stall_checks: set[SimClient] = set()
+        """Clients with a stall check scheduled: at most one each."""
         self._drained: simpy.Event | None = None
 
     def open(self, client: SimClient) -> None:
@@ -86,7 +98,7 @@ class Hub:
 
     def deliver(self, events: list[Event], step: bool) -> None:
         now = self.env.now
-        clients, instant = self.clients, self.instant_readers
+        clients, instant, backlogged = self.clients, self.instant_readers, self.backlogged
         if step:
             step_index = len(self.step_times)
             self.step_times.append(now)
@@ -119,10 +131,12 @@ class Hub:
                 size = self.final_bytes
             stream.put(event, size, now)
             client.notify()
-            if stream.queue:
-                self.backlogged[client] = None
-        if self.backlogged:
-            for client in list(self.backlogged):
+            if stream.queue and client not in backlogged:
+                backlogged[client] = None
+                if self.stall_check_s is not None:
+                    self._watch_stall(client)
+        if backlogged:
+            for client in list(backlogged):
                 self._decide(client, now)
 
     def until_drained(self) -> simpy.Event:
@@ -178,6 +192,28 @@ class Hub:
         else:
             self._drop(client, now)
         self.wake()
+
+    def _watch_stall(self, client: SimClient) -> None:
+        """Check the stream at the first watchdog tick after its stall, as it stands,
+        outlasts the timeout. A check already scheduled is no later than that, since
+        a stall only ever starts later: it looks, and schedules the next one."""
+        if client in self._stall_checks:
+            return
+        self._stall_checks.add(client)
+        now, interval = self.env.now, self.stall_check_s
+        due = max(now, client.stream.backlog().last_read + self.policy.stall_timeout_s)
+        tick = (math.floor(due / interval) + 1) * interval
+        if tick <= now:  # float rounding
+            tick += interval
+        self.env.timeout(tick - now).callbacks.append(lambda _: self._check_stall(client))
+
+    def _check_stall(self, client: SimClient) -> None:
+        self._stall_checks.discard(client)
+        if client not in self.backlogged or client.stream.closed:
+            return  # the reader caught up or the stream ended: nothing to watch
+        self._decide(client, self.env.now)
+        if not client.stream.closed:
+            self._watch_stall(client)
 
     def _drop(self, client: SimClient, now: float) -> None:
         """Cancel the sequence and end the stream with a `slow_client` final event,

@@ -52,3 +52,22 @@ def test_make_policy_by_name_ignores_foreign_settings():
         make_policy("fastest")
     with pytest.raises(ValueError):
         Pause(max_queued=4, resume_at=4)
+
+
+@pytest.mark.parametrize("timeout, interval", [(0.02, 0.01), (0.2, 0.05), (2.0, 0.5), (30.0, 1.0)])
+def test_policies_that_drop_name_their_watchdog_tick(timeout, interval):
+    # A quarter of the timeout, between 10 ms and 1 s.
+    assert Drop(stall_timeout_s=timeout).stall_check_interval_s == interval
+    assert PauseThenDrop(stall_timeout_s=timeout).stall_check_interval_s == interval
+
+
+def test_policies_that_never_drop_need_no_watchdog():
+    for policy in (Naive(), Unbounded(), Pause()):
+        assert policy.stall_check_interval_s is None
+
+
+@pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan")])
+def test_a_stall_timeout_must_be_positive(timeout):
+    for name in ("drop", "pause_then_drop"):
+        with pytest.raises(ValueError, match="stall_timeout_s must be positive"):
+            make_policy(name, stall_timeout_s=timeout)
