@@ -2,7 +2,7 @@
 # The GPU check, in one go on a machine with torch, transformers and triton (no
 # network needed): the fast-path tests (Triton attention against the reference,
 # CUDA-graph decode against the CPU runner, the pool after cancels and pauses),
-# then the benchmark. Everything lands in $OUT; a markdown table is printed last.
+# the attention kernel's tilings alone, then the engine benchmark. Everything lands in $OUT; a markdown table is printed last.
 #
 #   OUT=/some/dir bash benchmarks/gpu_check.sh            # on the GPU
 #   DEVICE=cpu bash benchmarks/gpu_check.sh               # dry run on a CPU
@@ -17,6 +17,7 @@ PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 GPU_WHEELS=${GPU_WHEELS:-out/gpu-wheels}
 TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-180}
+ATTENTION_TIMEOUT_S=${ATTENTION_TIMEOUT_S:-90}
 BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-270}
 BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-180}
 mkdir -p "$OUT"
@@ -37,16 +38,22 @@ if ! "$PYTHON" -c 'import pytest' 2>/dev/null; then
 fi
 
 bench_args=(--device "$DEVICE" --out "$OUT" --deadline-s "$BENCH_DEADLINE_S")
+attention_args=(--device "$DEVICE" --out "$OUT")
 if [ "$DEVICE" = cpu ]; then
   bench_args+=(--tiny)
+  attention_args+=(--tiny)
   export TRITON_INTERPRET=1  # before triton is first imported: kernels then run on CPU tensors
 fi
 
 timeout "$TEST_TIMEOUT_S" "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" \
-  --junitxml="$OUT/tests.xml" tests/test_gpu_fastpath.py tests/test_triton_attention.py \
+  --junitxml="$OUT/tests.xml" tests/test_gpu_fastpath.py tests/test_triton_attention.py tests/test_triton_compile.py \
   tests/test_gpu_memory.py > "$OUT/tests.log" 2>&1
 tests_rc=$?
 tail -n 15 "$OUT/tests.log"
+
+timeout "$ATTENTION_TIMEOUT_S" "$PYTHON" benchmarks/bench_decode_attention.py "${attention_args[@]}" \
+  > "$OUT/attention.log" 2>&1
+attention_rc=$?
 
 timeout "$BENCH_TIMEOUT_S" "$PYTHON" benchmarks/bench_gpu.py "${bench_args[@]}" > "$OUT/bench.log" 2>&1
 bench_rc=$?
@@ -54,6 +61,8 @@ grep -E "^[0-9-]+ [0-9:,]+ \{" "$OUT/bench.log" | cut -c 1-200 | tail -n 40
 
 echo
 echo "tests: exit $tests_rc, $(tail -n 1 "$OUT/tests.log")"
+echo "attention: exit $attention_rc"
+grep "^|" "$OUT/attention.log"
 echo "bench: exit $bench_rc$([ "$bench_rc" = 124 ] && echo ", stopped at ${BENCH_TIMEOUT_S}s with its figures so far")"
 echo
 "$PYTHON" benchmarks/bench_gpu.py --out "$OUT" --table 2>&1

@@ -3,10 +3,13 @@ cache through each sequence's block table: nothing is gathered into per-sequence
 copies and nothing depends on the batch's shape but the launch grid, so a CUDA
 graph can capture it with its inputs in fixed buffers.
 
-One program per (sequence, KV head) walks the sequence's blocks in order and keeps
-an online softmax for the query heads that share that KV head (grouped-query
-attention), so each block is read once per KV head. Scores, softmax and the
-weighted sum are in float32 whatever the cache dtype."""
+One program per (sequence, KV head) walks the sequence's context a tile of tokens
+at a time (a tile spans several blocks, each token's block looked up in the table)
+and keeps an online softmax for the query heads that share that KV head
+(grouped-query attention), so each block is read once per KV head. Scores, softmax
+and the weighted sum are float32 products whatever the cache dtype (`tl.dot` in
+"ieee" precision, not the matrix units' tf32 or bf16): exactly what the tests check
+in Triton's interpreter, whose bf16 dot is wrong, is what runs on the GPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,11 +52,24 @@ class TritonDecodeAttention:
         return triton_decode_attention(q, k_cache, v_cache, context, scale)
 
 
+TILE_TOKENS = 64
+"""Context tokens one step of the kernel's loop reads (from as many blocks as they
+span): one block a step would leave each program a long chain of small, dependent
+loads, which is the latency of a decode step at small batches."""
+NUM_WARPS = 8
+"""With a 64-token tile, what the kernel's working set needs to stay in registers
+(four warps spill it; tests/test_triton_compile.py checks)."""
+MIN_DOT = 16
+"""The least extent of each side of a `tl.dot`."""
+
+
 def triton_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            context: BlockTables, scale: float) -> torch.Tensor:
+                            context: BlockTables, scale: float, tile: int = TILE_TOKENS,
+                            num_warps: int = NUM_WARPS) -> torch.Tensor:
     """q `[sequences, heads, head_dim]` (row i is sequence i), caches
     `[num_blocks, block_size, kv_heads, head_dim]`; every context holds at least
-    one token. Returns `[sequences, heads, head_dim]` in q's dtype."""
+    one token. Returns `[sequences, heads, head_dim]` in q's dtype. `tile` and
+    `num_warps` are the kernel's tuning (benchmarks/bench_decode_attention.py)."""
     seqs, heads, dim = q.shape
     _, block_size, kv_heads, cache_dim = k_cache.shape
     if cache_dim != dim or v_cache.shape != k_cache.shape or heads % kv_heads:
@@ -66,54 +82,62 @@ def triton_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         raise ValueError("q and the caches must be contiguous along head_dim, and the "
                          "caches laid out alike")
     out = torch.empty_like(q)
-    group = heads // kv_heads
     _paged_decode_kernel[(seqs, kv_heads)](
         q, k_cache, v_cache, out, context.tables, context.lens, scale,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), context.tables.stride(0),
-        GROUP=group, GROUP_PAD=triton.next_power_of_2(group),
-        HEAD_DIM=dim, DIM_PAD=triton.next_power_of_2(dim),
-        BLOCK_SIZE=block_size, SLOTS_PAD=triton.next_power_of_2(block_size))
+        **kernel_constants(heads // kv_heads, dim, block_size, tile), num_warps=num_warps)
     return out
+
+
+def kernel_constants(group: int, head_dim: int, block_size: int,
+                     tile: int = TILE_TOKENS) -> dict[str, int]:
+    """The kernel's compile-time shape for query heads per KV head, head size and
+    block size: one build per model and block size."""
+    return {"GROUP": group, "ROWS": max(MIN_DOT, triton.next_power_of_2(group)),
+            "HEAD_DIM": head_dim, "DIM_PAD": max(MIN_DOT, triton.next_power_of_2(head_dim)),
+            "BLOCK_SIZE": block_size, "TILE": tile}
 
 
 @triton.jit
 def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, lens_ptr, scale,
                          q_seq_stride, q_head_stride, out_seq_stride, out_head_stride,
                          block_stride, slot_stride, kv_head_stride, table_stride,
-                         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+                         GROUP: tl.constexpr, ROWS: tl.constexpr,
                          HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
-                         BLOCK_SIZE: tl.constexpr, SLOTS_PAD: tl.constexpr):
+                         BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
-    group = tl.arange(0, GROUP_PAD)
+    rows = tl.arange(0, ROWS)  # the group's query heads, padded to a dot's least height
     dims = tl.arange(0, DIM_PAD)
-    slots = tl.arange(0, SLOTS_PAD)
-    head_ok = group < GROUP
+    tokens = tl.arange(0, TILE)
+    row_ok = rows < GROUP
     dim_ok = dims < HEAD_DIM
-    heads = kv_head * GROUP + group
-    q_mask = head_ok[:, None] & dim_ok[None, :]
+    heads = kv_head * GROUP + rows
+    q_mask = row_ok[:, None] & dim_ok[None, :]
     q_rows = q_ptr + seq * q_seq_stride + heads[:, None] * q_head_stride + dims[None, :]
-    q = tl.load(q_rows, mask=q_mask, other=0.0).to(tl.float32) * scale     # [group, dim]
+    q = tl.load(q_rows, mask=q_mask, other=0.0).to(tl.float32)                 # [rows, dim]
 
     length = tl.load(lens_ptr + seq)
-    row_max = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    row_sum = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
-    for b in range(0, tl.cdiv(length, BLOCK_SIZE)):
-        block = tl.load(tables_ptr + seq * table_stride + b).to(tl.int64)
-        slot_ok = (slots < BLOCK_SIZE) & (b * BLOCK_SIZE + slots < length)
-        kv_offsets = (block * block_stride + slots[:, None] * slot_stride
+    table = tables_ptr + seq * table_stride
+    row_max = tl.full([ROWS], float("-inf"), tl.float32)
+    row_sum = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, DIM_PAD], tl.float32)
+    for start in range(0, length, TILE):
+        positions = start + tokens
+        token_ok = positions < length
+        block = tl.load(table + positions // BLOCK_SIZE, mask=token_ok, other=0).to(tl.int64)
+        kv_offsets = (block[:, None] * block_stride + (positions % BLOCK_SIZE)[:, None] * slot_stride
                       + kv_head * kv_head_stride + dims[None, :])
-        kv_mask = slot_ok[:, None] & dim_ok[None, :]
-        k = tl.load(k_ptr + kv_offsets, mask=kv_mask, other=0.0).to(tl.float32)  # [slot, dim]
-        scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                   # [group, slot]
-        scores = tl.where(slot_ok[None, :], scores, float("-inf"))
+        kv_mask = token_ok[:, None] & dim_ok[None, :]
+        k = tl.load(k_ptr + kv_offsets, mask=kv_mask, other=0.0).to(tl.float32)  # [tile, dim]
+        scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale           # [rows, tile]
+        scores = tl.where(token_ok[None, :], scores, float("-inf"))
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
         probs = tl.exp(scores - new_max[:, None])
-        rescale = tl.exp(row_max - new_max)  # 0 on the first block, where row_max is -inf
+        rescale = tl.exp(row_max - new_max)  # 0 on the first tile, where row_max is -inf
         v = tl.load(v_ptr + kv_offsets, mask=kv_mask, other=0.0).to(tl.float32)
-        acc = acc * rescale[:, None] + tl.sum(probs[:, :, None] * v[None, :, :], axis=1)
+        acc = acc * rescale[:, None] + tl.dot(probs, v, input_precision="ieee")
         row_sum = row_sum * rescale + tl.sum(probs, axis=1)
         row_max = new_max
     out_rows = out_ptr + seq * out_seq_stride + heads[:, None] * out_head_stride + dims[None, :]

@@ -15,24 +15,22 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from live.triton_attention import _paged_decode_kernel
+from live.triton_attention import NUM_WARPS, _paged_decode_kernel, kernel_constants
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def build(arch: int, dtype: str, heads: int, kv_heads: int, head_dim: int, block_size: int) -> dict:
-    group = heads // kv_heads
     data = "*" + TYPES[dtype]
     signature = {"q_ptr": data, "k_ptr": data, "v_ptr": data, "out_ptr": data,
                  "tables_ptr": "*i32", "lens_ptr": "*i32", "scale": "fp32"}
     signature |= {name: "i32" for name in _paged_decode_kernel.arg_names[7:15]}
-    constants = {"GROUP": group, "GROUP_PAD": triton.next_power_of_2(group), "HEAD_DIM": head_dim,
-                 "DIM_PAD": triton.next_power_of_2(head_dim), "BLOCK_SIZE": block_size,
-                 "SLOTS_PAD": triton.next_power_of_2(block_size)}
+    constants = kernel_constants(heads // kv_heads, head_dim, block_size)
     signature |= {name: "constexpr" for name in constants}
     kernel = triton.compile(ASTSource(_paged_decode_kernel, signature, constants),
-                            target=GPUTarget("cuda", arch, 32))
+                            target=GPUTarget("cuda", arch, 32),
+                            options={"num_warps": NUM_WARPS})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(kernel.asm["cubin"])
         cubin.flush()

@@ -51,22 +51,11 @@ FAMILIES = {
 ARRIVALS = {  # step -> (id, prompt length, new tokens): up to 6 decoding at once
     0: [("a", 5, 14), ("b", 19, 10)],
     1: [("c", 1, 12)],
-    3: [("d", 33, 9), ("e", 7, 6)],
+    3: [("d", 70, 9), ("e", 7, 6)],  # d spans two of the kernel's tiles
     6: [("f", 12, 8)],
 }
 GRAPH_BATCH = 8  # captured sizes 1, 2, 4, 8: batches of 3, 5 and 6 replay padded
 NUM_BLOCKS = 96
-EMULATED = {("llama-group-3", 4, torch.float32), ("gpt2", 16, torch.bfloat16)}
-"""The cases the interpreter runs off CUDA: it takes seconds a step."""
-
-
-def fast_path_cases():
-    for family in FAMILIES:
-        for block_size in (4, 16):
-            for dtype in (torch.float32, torch.bfloat16):
-                marks = () if CUDA or (family, block_size, dtype) in EMULATED else pytest.mark.skip(
-                    reason="off CUDA only some cases run, emulated")
-                yield pytest.param(family, block_size, dtype, marks=marks)
 
 
 def arrivals():
@@ -112,7 +101,9 @@ def test_batch_ladder():
         batch_ladder(0)
 
 
-@pytest.mark.parametrize("family,block_size,dtype", fast_path_cases())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_fast_path_logits_equal_the_cpu_reference(family, block_size, dtype, fast_device):
     model = FAMILIES[family]()
     core = Scheduler(SchedulerConfig(num_blocks=NUM_BLOCKS, block_size=block_size, max_batch=8))
@@ -163,9 +154,7 @@ def greedy_alone_and_together(runner: ModelRunner, block_size: int):
     return alone, run(arrivals())
 
 
-@pytest.mark.parametrize("family", [
-    pytest.param("gpt2", marks=() if CUDA else pytest.mark.skip(reason="off CUDA only the grouped family runs, emulated")),
-    "llama-group-3"])
+@pytest.mark.parametrize("family", ["gpt2", "llama-group-3"])
 def test_greedy_tokens_concurrent_equal_alone(family, fast_device):
     runner = ModelRunner(FAMILIES[family](), NUM_BLOCKS, 4, fast_device, torch.float32,
                          cuda_graph_max_batch=GRAPH_BATCH)

@@ -18,7 +18,8 @@ triton = pytest.importorskip("triton")
 from live.attention import PagedContext, paged_decode_attention
 from live.triton_attention import BlockTables, TritonDecodeAttention, triton_decode_attention
 
-LENGTHS = [1, 4, 5, 16, 17, 40]
+LENGTHS = [1, 4, 5, 16, 17, 40, 64, 65, 150]
+"""Contexts ending inside, on and past blocks, and on and past the kernel's tiles."""
 
 
 @pytest.fixture(autouse=True)
@@ -58,6 +59,15 @@ def test_float32_equals_the_reference(heads, kv_heads, dim, block_size):
     assert out.shape == q.shape and out.dtype == torch.float32 and out.device == q.device
     torch.testing.assert_close(out.cpu(), reference(q, k_cache, v_cache, tables, LENGTHS,
                                                     block_size, 0.3), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("tile,num_warps", [(16, 1), (32, 4), (128, 8)])
+def test_every_tiling_gives_the_same_attention(tile, num_warps):
+    q, k_cache, v_cache, tables = random_case(9, 3, 64, 16, torch.float32, seed=2)
+    out = triton_decode_attention(q, k_cache, v_cache, BlockTables.build(tables, LENGTHS, DEVICE),
+                                  0.3, tile=tile, num_warps=num_warps)
+    torch.testing.assert_close(out.cpu(), reference(q, k_cache, v_cache, tables, LENGTHS, 16, 0.3),
+                               atol=2e-5, rtol=2e-5)
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (9, 3)])
@@ -100,7 +110,7 @@ def test_shapes_that_do_not_fit_are_refused():
         triton_decode_attention(q[:, :5], k_cache, v_cache, context, 1.0)
     with pytest.raises(ValueError, match="does not fit"):
         triton_decode_attention(q[..., :8], k_cache, v_cache, context, 1.0)
-    with pytest.raises(ValueError, match="6 queries"):
+    with pytest.raises(ValueError, match=f"{len(LENGTHS)} queries"):
         triton_decode_attention(q, k_cache, v_cache, BlockTables.build(tables[:5], LENGTHS[:5], DEVICE), 1.0)
 
 
