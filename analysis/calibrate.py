@@ -36,8 +36,9 @@ def calibrate(server: ServeOptions | str, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     with live_target(server, out_dir / "calibration-server.log") as target:
         info = target.info
-        workload = workload or calibration_workload(info.scheduler["max_batch"],
-                                                    time_scale=time_scale)
+        workload = workload or calibration_workload(
+            info.scheduler["max_batch"], time_scale=time_scale,
+            max_model_len=info.scheduler["max_model_len"])
         log(f"calibrating: {info.model} on {info.hardware} ({info.device}, {info.dtype}) at "
             f"{target.url}, {len(workload)} requests")
         live_replay(target.url, WARMUP)  # first steps pay one-off allocation costs

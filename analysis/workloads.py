@@ -1,8 +1,11 @@
 """The calibration workload: requests chosen to cover what the cost model reads.
 Solo requests of growing prompt length (prefill cost); a ladder of decode batch
-sizes from 1 to the batch limit, each size held for a dozen steps; then Poisson
-arrivals with some slow readers and leavers, so that mixed steps are fitted while
-the server also streams to clients, as in serving."""
+sizes from 1 to the batch limit, each size held for a dozen steps; the full
+batch again for a few hundred steps, its contexts growing token by token to what a
+busy server decodes, so that those are measured rather than extrapolated (the
+cost of a context token grows once K and V outgrow the caches: on a 2-core CPU,
+from 8 to 19 µs past about 4,000 tokens); then Poisson arrivals with some slow readers and leavers, so that mixed steps are
+fitted while the server also streams to clients, as in serving."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,6 +14,11 @@ from traces import ClientMix, LeaveHow, TraceRequest, Uniform, generate
 
 SOLO_PROMPTS = (32, 128, 256, 512)
 LADDER_TOKENS = 12
+LONG_PROMPTS = (64, 192)
+"""The long rung's prompts spread over this range: short enough that its prefill
+is a step like serving's, not one of thousands of tokens."""
+LONG_TOKENS = 256
+"""What each request of the long rung generates (less where the model is shorter)."""
 
 
 def batch_ladder(max_batch: int) -> list[int]:
@@ -23,21 +31,31 @@ def batch_ladder(max_batch: int) -> list[int]:
 
 
 def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
-                         mixed_rate: float = 2.0, time_scale: float = 1.0) -> list[TraceRequest]:
+                         mixed_rate: float = 2.0, time_scale: float = 1.0,
+                         max_model_len: int | None = None) -> list[TraceRequest]:
     """`time_scale` below 1 packs the same requests closer, for models faster than
-    a 135M one on a CPU."""
+    a 135M one on a CPU. Prompts are cut to fit `max_model_len` with their output."""
+    def fitted(prompt: int, new_tokens: int) -> int:
+        return prompt if max_model_len is None else max(1, min(prompt, max_model_len - new_tokens))
+
     requests: list[TraceRequest] = []
     t = 0.0
     for i, prompt in enumerate(SOLO_PROMPTS):
-        requests.append(TraceRequest(f"solo-{i}", t, prompt, 8))
+        requests.append(TraceRequest(f"solo-{i}", t, fitted(prompt, 8), 8))
         t += 0.5 + prompt * 0.004  # room for its prefill and decodes on a slow CPU
     for b in batch_ladder(max_batch):
-        requests += [TraceRequest(f"ladder-{b}-{i}", t, 24 + 8 * i, LADDER_TOKENS) for i in range(b)]
+        requests += [TraceRequest(f"ladder-{b}-{i}", t, fitted(24 + 8 * i, LADDER_TOKENS),
+                                  LADDER_TOKENS) for i in range(b)]
         t += 1.0 + 0.25 * b
+    low, high = LONG_PROMPTS
+    new_tokens = LONG_TOKENS if max_model_len is None else min(LONG_TOKENS, max_model_len // 2)
+    requests += [TraceRequest(f"long-{i}", t, fitted(low + (high - low) * i // max_batch, new_tokens),
+                              new_tokens) for i in range(max_batch)]
+    t += 1.0 + 0.25 * max_batch + 0.01 * (1 + max_batch) * new_tokens  # a CPU's step at this batch
     clients = ClientMix(slow=0.2, slow_pause_s=0.1, leave=0.1, leave_after_tokens=10,
                         leave_how=LeaveHow.FIN)
     mixed = generate(rate=mixed_rate, count=mixed_count, prompt_lengths=Uniform(16, 384),
                      output_lengths=Uniform(16, 64), clients=clients, seed=seed)
-    requests += [TraceRequest(f"mixed-{r.id}", t + r.arrival_s, r.prompt_tokens, r.max_new_tokens,
-                              client=r.client) for r in mixed]
+    requests += [TraceRequest(f"mixed-{r.id}", t + r.arrival_s, fitted(r.prompt_tokens, r.max_new_tokens),
+                              r.max_new_tokens, client=r.client) for r in mixed]
     return [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]

@@ -28,7 +28,7 @@ def model_dir(tmp_path_factory, smollm2):
 
 def test_calibrate_compare_and_report(model_dir, tmp_path):
     options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
-    workload = calibration_workload(4, mixed_count=12, time_scale=0.2)
+    workload = calibration_workload(4, mixed_count=12, time_scale=0.2, max_model_len=256)
     profile, path = calibrate(options, tmp_path / "cal", workload=workload, log=lambda *a: None)
     saved = json.loads(path.read_text())
     assert saved["steps"] > 20 and saved["max_batch"] == 4
@@ -72,7 +72,7 @@ def test_calibrate_compare_and_report(model_dir, tmp_path):
 def test_compare_command_prints_the_table(model_dir, tmp_path):
     options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
     _, profile = calibrate(options, tmp_path / "cal", log=lambda *a: None,
-                           workload=calibration_workload(4, mixed_count=6, time_scale=0.1))
+                           workload=calibration_workload(4, mixed_count=6, time_scale=0.1, max_model_len=256))
     write_trace(tmp_path / "trace.jsonl", mixed_trace())
     out = subprocess.run(
         [sys.executable, "-m", "analysis", "compare", "--model", str(model_dir), "--threads", "1",

@@ -71,7 +71,7 @@ def test_calibrate_then_compare_against_a_running_server(server, tmp_path, monke
     info = httpx.get(url + "/v1/engine").json()
 
     before = last_step(url)
-    workload = calibration_workload(4, mixed_count=6, time_scale=0.1)
+    workload = calibration_workload(4, mixed_count=6, time_scale=0.1, max_model_len=256)
     profile, path = calibrate(url, tmp_path / "cal", workload=workload, log=lambda *a: None)
     run = server_steps(url, before)
     fitted = read_jsonl(tmp_path / "cal" / "calibration-steps.jsonl")

@@ -1,0 +1,49 @@
+"""The calibration workload covers what the cost model reads: prompt lengths alone,
+every decode batch size, and long contexts at the largest batches, within the
+model's length."""
+from analysis.workloads import (LONG_PROMPTS, LONG_TOKENS, SOLO_PROMPTS, batch_ladder,
+                                calibration_workload)
+
+
+def by_group(workload, prefix):
+    groups = {}
+    for r in workload:
+        if r.id.startswith(prefix):
+            groups.setdefault(r.arrival_s, []).append(r)
+    return list(groups.values())
+
+
+def test_every_batch_size_of_the_ladder_arrives_at_once():
+    workload = calibration_workload(16)
+    assert [len(g) for g in by_group(workload, "ladder-")] == batch_ladder(16) == [
+        1, 2, 3, 4, 6, 8, 11, 15, 16]
+    assert [r.prompt_tokens for r in workload if r.id.startswith("solo-")] == list(SOLO_PROMPTS)
+
+
+def test_the_full_batch_decodes_long_contexts():
+    workload = calibration_workload(16)
+    [rung] = by_group(workload, "long-")
+    assert len(rung) == 16 and {r.max_new_tokens for r in rung} == {LONG_TOKENS}
+    low, high = LONG_PROMPTS
+    prompts = [r.prompt_tokens for r in rung]
+    assert min(prompts) == low and low < max(prompts) < high
+    # its last steps decode far longer contexts than the ladder's, from a prefill no larger
+    ladder = by_group(workload, "ladder-")[-1]
+    assert sum(prompts) + 16 * LONG_TOKENS > 3 * sum(r.prompt_tokens + r.max_new_tokens for r in ladder)
+    assert sum(prompts) < 2 * sum(r.prompt_tokens for r in ladder)
+    starts = [g[0].arrival_s for g in by_group(workload, "ladder-") + [rung]]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)
+
+
+def test_prompts_fit_the_model_with_their_output():
+    workload = calibration_workload(4, max_model_len=256)
+    assert max(r.prompt_tokens + r.max_new_tokens for r in workload) == 256
+    assert {r.max_new_tokens for r in workload if r.id.startswith("long-")} == {128}
+    assert all(r.prompt_tokens >= 1 for r in workload)
+    assert [r.id for r in calibration_workload(4)] == [r.id for r in workload]
+
+
+def test_time_scale_packs_arrivals_closer():
+    full, packed = calibration_workload(8), calibration_workload(8, time_scale=0.25)
+    assert [r.id for r in full] == [r.id for r in packed]
+    assert [r.arrival_s * 0.25 for r in full] == [r.arrival_s for r in packed]
