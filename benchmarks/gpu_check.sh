@@ -2,7 +2,8 @@
 # The GPU check, in one go on a machine with torch, transformers and triton (no
 # network needed): the fast-path tests (Triton attention against the reference,
 # CUDA-graph decode against the CPU runner, the pool after cancels and pauses),
-# the attention kernel's tilings alone, then the engine benchmark. Everything lands in $OUT; a markdown table is printed last.
+# attention alone (the decode kernel's tilings, padded prefill), then the engine
+# benchmark. Everything lands in $OUT; markdown tables are printed last.
 #
 #   OUT=/some/dir bash benchmarks/gpu_check.sh            # on the GPU
 #   DEVICE=cpu bash benchmarks/gpu_check.sh               # dry run on a CPU
@@ -47,11 +48,11 @@ fi
 
 timeout "$TEST_TIMEOUT_S" "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" \
   --junitxml="$OUT/tests.xml" tests/test_gpu_fastpath.py tests/test_triton_attention.py tests/test_triton_compile.py \
-  tests/test_gpu_memory.py > "$OUT/tests.log" 2>&1
+  tests/test_prefill_attention.py tests/test_gpu_memory.py > "$OUT/tests.log" 2>&1
 tests_rc=$?
 tail -n 15 "$OUT/tests.log"
 
-timeout "$ATTENTION_TIMEOUT_S" "$PYTHON" benchmarks/bench_decode_attention.py "${attention_args[@]}" \
+timeout "$ATTENTION_TIMEOUT_S" "$PYTHON" benchmarks/bench_attention.py "${attention_args[@]}" \
   > "$OUT/attention.log" 2>&1
 attention_rc=$?
 

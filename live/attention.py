@@ -1,11 +1,11 @@
-"""Attention for prefill (causal, over a prompt's fresh K/V) and for decode (one
-query per sequence, reading its context from the paged cache through its block
-table). `decode_attention_for` is the one place the decode attention is chosen:
+"""Attention for decode: one query per sequence, reading its context from the
+paged cache through its block table (prefill's is in `prefill_attention`).
+`decode_attention_for` is the one place the decode attention is chosen:
 `paged_decode_attention` here, the reference, or on CUDA the Triton kernel of
 `triton_attention`; both take the cache, the block tables and the context lengths.
 
-Shapes: q `[tokens, heads, head_dim]`, k and v `[tokens, kv_heads, head_dim]`;
-grouped-query attention when kv_heads < heads."""
+Shapes: q `[sequences, heads, head_dim]`, caches `[num_blocks, block_size, kv_heads,
+head_dim]`; grouped-query attention when kv_heads < heads."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,15 +13,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
-
-
-@dataclass(frozen=True)
-class PromptSpans:
-    """Where each prompt sits in a packed prefill batch."""
-
-    starts: list[int]
-    lengths: list[int]
 
 
 @dataclass(frozen=True)
@@ -87,16 +78,6 @@ def decode_attention_for(device: torch.device, block_size: int) -> DecodeAttenti
     return ReferenceDecodeAttention(block_size, device)
 
 
-def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      spans: PromptSpans, scale: float) -> torch.Tensor:
-    """Causal attention of each prompt over itself."""
-    out = torch.empty_like(q)
-    for start, length in zip(spans.starts, spans.lengths):
-        rows = slice(start, start + length)
-        out[rows] = _sdpa(q[rows], k[rows], v[rows], scale, causal=True)
-    return out
-
-
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            context: PagedContext, scale: float) -> torch.Tensor:
     """One query per sequence (q row i is sequence i) over its whole context, read
@@ -127,12 +108,3 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     out.index_add_(0, context.owner, torch.matmul(probs, v))
     return out.view(seqs, heads, dim)
 
-
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-          causal: bool) -> torch.Tensor:
-    """`[tokens, heads, dim]` in and out; SDPA wants heads before tokens."""
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-        v.transpose(0, 1).unsqueeze(0), is_causal=causal, scale=scale,
-        enable_gqa=k.shape[1] != q.shape[1])
-    return out[0].transpose(0, 1)

@@ -11,10 +11,10 @@ import torch
 from scheduler import Sequence, StepPlan
 
 from .architectures import build_architecture, kv_layout
-from .attention import (PromptSpans, ReferenceDecodeAttention, decode_attention_for,
-                        prefill_attention)
+from .attention import ReferenceDecodeAttention, decode_attention_for
 from .kv_cache import PagedKVCache, blocks_for_budget, slot_mapping
 from .models import LoadedModel, eos_token_ids, max_model_len
+from .prefill_attention import PromptSpans, prefill_attention_for
 from .sampler import Sampler
 
 
@@ -35,6 +35,7 @@ class ModelRunner:
         self.vocab_size = model.config.vocab_size
         self.arch = build_architecture(model, self.device, dtype)
         self.decode_attention = decode_attention_for(self.device, block_size)
+        self.prefill_attention = prefill_attention_for(self.device)
         if cuda_graph_max_batch and isinstance(self.decode_attention, ReferenceDecodeAttention):
             raise ValueError(f"CUDA graphs need a CUDA device with triton installed "
                              f"(device {self.device})")
@@ -99,7 +100,7 @@ class ModelRunner:
             ids.extend(prompt)
             positions.extend(range(len(prompt)))
             slots.extend(slot_mapping(seq.block_table, 0, len(prompt), self.block_size))
-        spans = PromptSpans(starts, lengths)
+        prompts = self.prefill_attention.layout(PromptSpans(starts, lengths))
         packed = len(ids)
         last_rows = [s + n - 1 for s, n in zip(starts, lengths)]
         context = None
@@ -114,7 +115,7 @@ class ModelRunner:
 
         def attend(layer, q, k, v, scale):
             self.cache.write(layer, slots_t, k, v)
-            out = prefill_attention(q[:packed], k[:packed], v[:packed], spans, scale)
+            out = self.prefill_attention(q[:packed], k[:packed], v[:packed], prompts, scale)
             if context is None:
                 return out
             decoded = self.decode_attention(q[packed:], self.cache.keys[layer],

@@ -69,7 +69,7 @@ def triton_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     """q `[sequences, heads, head_dim]` (row i is sequence i), caches
     `[num_blocks, block_size, kv_heads, head_dim]`; every context holds at least
     one token. Returns `[sequences, heads, head_dim]` in q's dtype. `tile` and
-    `num_warps` are the kernel's tuning (benchmarks/bench_decode_attention.py)."""
+    `num_warps` are the kernel's tuning (benchmarks/bench_attention.py)."""
     seqs, heads, dim = q.shape
     _, block_size, kv_heads, cache_dim = k_cache.shape
     if cache_dim != dim or v_cache.shape != k_cache.shape or heads % kv_heads:

@@ -3,8 +3,9 @@ against the CPU reference runner: logits of mixed steps whose contexts span seve
 blocks, greedy tokens alone and concurrent, the pool after cancels and pauses.
 
 On CUDA the fast path runs as it is served. Elsewhere, where triton installs, the
-same tests run it emulated: the kernel in Triton's interpreter and each captured
-graph replayed by running its step again over the same fixed buffers. That checks
+same tests run it emulated: the kernel in Triton's interpreter, prefill on padded
+grids, and each captured graph replayed by running its step again over the same
+fixed buffers. That checks
 the ladder, the padding rows, the spare slot and the buffers' reuse; only a GPU
 checks what capture alone can break (a host sync inside a step) and the device
 time. Nothing here needs simpy, starlette or uvicorn."""
@@ -14,6 +15,7 @@ import torch
 from live import cuda_graphs, model_runner
 from live.attention import ReferenceDecodeAttention
 from live.engine import Engine, TokenOut
+from live.prefill_attention import PaddedPrefill
 from live.model_runner import ModelRunner
 from scheduler import FinishReason, Scheduler, SchedulerConfig
 from tiny_models import BUILDERS, drive, prompt, request, tiny_gpt2, tiny_llama
@@ -39,6 +41,7 @@ def fast_device(monkeypatch) -> str:
     from live.triton_attention import TritonDecodeAttention
     monkeypatch.setattr(model_runner, "decode_attention_for",
                         lambda device, block_size: TritonDecodeAttention(device))
+    monkeypatch.setattr(model_runner, "prefill_attention_for", PaddedPrefill)
     monkeypatch.setattr(cuda_graphs, "CudaGraphCapture", EagerCapture)
     return "cpu"
 
@@ -112,6 +115,7 @@ def test_fast_path_logits_equal_the_cpu_reference(family, block_size, dtype, fas
     reference = ModelRunner(model, NUM_BLOCKS, block_size)
     from live.triton_attention import TritonDecodeAttention
     assert isinstance(fast.decode_attention, TritonDecodeAttention)
+    assert isinstance(fast.prefill_attention, PaddedPrefill)
     replays = count_replays(fast)
     bf16_errors = []
 

@@ -1,0 +1,173 @@
+"""Attention alone, one layer's worth, the ways the engine can compute it side by
+side in one run, for SmolLM2-135M's heads (9 on 3 KV heads of 64) and GPT-2's
+(12 of 64), bf16 and fp32.
+
+Decode: the Triton kernel's tilings against the reference gather path, at batches
+of 1, 32 and 256 contexts of 456 tokens (the end of the engine benchmark's
+requests: 200-token prompts and 256 new tokens) in blocks of 16, scattered
+through the cache as a pool hands them out. The bandwidth counts the K and V bytes
+the contexts hold, read once.
+
+Prefill: one SDPA call per prompt against prompts padded into grids (layout
+included, as each step builds it), for 256 prompts of 200 tokens (the engine
+benchmark's first step) and 64 prompts of 16 to 512.
+
+    python benchmarks/bench_attention.py --out DIR                  # on a GPU
+    .venv/bin/python benchmarks/bench_attention.py --device cpu --tiny --out DIR
+
+Each way is checked against the reference before it is timed. Times are medians of
+`triton.testing.do_bench` on CUDA, wall times of one call elsewhere (a dry run: the
+decode kernel in the interpreter). Results go to DIR/attention.json; markdown
+tables are printed last."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from live.attention import PagedContext, paged_decode_attention  # noqa: E402
+from live.prefill_attention import PaddedPrefill, PerPromptPrefill, PromptSpans  # noqa: E402
+from live.triton_attention import BlockTables, triton_decode_attention  # noqa: E402
+
+SHAPES = {"smollm2-135m": (9, 3, 64), "gpt2-124m": (12, 12, 64)}
+TILINGS = [(32, 4), (64, 4), (64, 8), (128, 8)]
+"""(tokens a loop step reads, warps a program runs)."""
+BLOCK_SIZE = 16
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
+"""Largest difference from the float32 reference on the same values: float32
+arithmetic, or the output's rounding to bf16."""
+
+
+def case(heads: int, kv_heads: int, dim: int, seqs: int, context: int, dtype, device):
+    """Queries, caches and the contexts' scattered block tables."""
+    g = torch.Generator().manual_seed(seqs)
+    per_seq = -(-context // BLOCK_SIZE)
+    num_blocks = seqs * per_seq + 1
+    order = torch.randperm(num_blocks, generator=g)[:seqs * per_seq].view(seqs, per_seq).tolist()
+    k = torch.randn(num_blocks, BLOCK_SIZE, kv_heads, dim, generator=g).to(device, dtype)
+    v = torch.randn(num_blocks, BLOCK_SIZE, kv_heads, dim, generator=g).to(device, dtype)
+    q = torch.randn(seqs, heads, dim, generator=g).to(device, dtype)
+    return q, k, v, order, [context] * seqs
+
+
+def timed_ms(fn, device) -> float:
+    if device.type == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    start = time.perf_counter()
+    fn()
+    return 1000 * (time.perf_counter() - start)
+
+
+def decode_rows(device, batches: list[int], context: int) -> list[dict]:
+    rows = []
+    for shape, (heads, kv_heads, dim) in SHAPES.items():
+        for dtype in (torch.bfloat16, torch.float32):
+            for seqs in batches:
+                q, k, v, tables, lens = case(heads, kv_heads, dim, seqs, context, dtype, device)
+                scale = dim ** -0.5
+                paged = PagedContext.build(tables, lens, BLOCK_SIZE, device)
+                expected = paged_decode_attention(q.float(), k.float(), v.float(), paged, scale)
+                row = {"shape": shape, "dtype": str(dtype).removeprefix("torch."), "batch": seqs,
+                       "context": context, "kv_mb": 2 * k[0].numel() * k.element_size()
+                       * seqs * -(-context // BLOCK_SIZE) / 2**20,
+                       "reference_ms": timed_ms(lambda: paged_decode_attention(q, k, v, paged, scale),
+                                                device)}
+                blocks = BlockTables.build(tables, lens, device)
+                for tile, warps in TILINGS:
+                    def run():
+                        return triton_decode_attention(q, k, v, blocks, scale, tile=tile, num_warps=warps)
+                    check(run(), expected, dtype, f"{shape} {dtype} batch {seqs}: tile {tile}, {warps} warps")
+                    row[f"tile{tile}w{warps}_ms"] = timed_ms(run, device)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def prefill_rows(device, batches: dict[str, list[int]]) -> list[dict]:
+    rows = []
+    for shape, (heads, kv_heads, dim) in SHAPES.items():
+        for dtype in (torch.bfloat16, torch.float32):
+            for name, lengths in batches.items():
+                g = torch.Generator().manual_seed(len(lengths))
+                n = sum(lengths)
+                q, k, v = (torch.randn(n, h, dim, generator=g).to(device, dtype)
+                           for h in (heads, kv_heads, kv_heads))
+                spans = PromptSpans([sum(lengths[:i]) for i in range(len(lengths))], lengths)
+                scale = dim ** -0.5
+                per_prompt, padded = PerPromptPrefill(), PaddedPrefill(device)
+                expected = per_prompt(q.float(), k.float(), v.float(), spans, scale)
+                check(padded(q, k, v, padded.layout(spans), scale), expected, dtype, f"{shape} {name} padded")
+                row = {"shape": shape, "dtype": str(dtype).removeprefix("torch."), "prompts": name,
+                       "tokens": n,
+                       "per_prompt_ms": timed_ms(lambda: per_prompt(q, k, v, spans, scale), device),
+                       "padded_ms": timed_ms(lambda: padded(q, k, v, padded.layout(spans), scale), device)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def check(got: torch.Tensor, expected: torch.Tensor, dtype, what: str) -> None:
+    error = (got.float() - expected).abs().max().item()
+    if not error <= TOLERANCE[dtype]:
+        raise AssertionError(f"{what} is {error:.3g} from the reference")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", required=True, help="folder for attention.json")
+    parser.add_argument("--tiny", action="store_true", help="small batches and contexts: a dry run")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if args.tiny:
+        batches, context, prompts = [1, 4], 40, {"4x20": [20] * 4, "3 mixed": [5, 30, 12]}
+    else:
+        spread = torch.linspace(16, 512, 64).round().int().tolist()
+        batches, context, prompts = [1, 32, 256], 456, {"256x200": [200] * 256, "64 of 16-512": spread}
+    decode = decode_rows(device, batches, context)
+    prefill = prefill_rows(device, prompts)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "attention.json").write_text(json.dumps({"decode": decode, "prefill": prefill}, indent=1))
+    print()
+    print(table(decode))
+    print()
+    print(prefill_table(prefill))
+    return 0
+
+
+def table(rows: list[dict]) -> str:
+    names = [f"tile{t}w{w}" for t, w in TILINGS]
+    lines = ["| shape | dtype | batch | reference µs | " + " | ".join(f"{n} µs (GB/s)" for n in names)
+             + " |", "|---|---|---:|---:|" + "---:|" * len(names)]
+    for r in rows:
+        cells = [f"{1000 * r[n + '_ms']:.1f} ({r['kv_mb'] * 2**20 / (r[n + '_ms'] / 1000) / 1e9:.0f})"
+                 for n in names]
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['batch']} | {1000 * r['reference_ms']:.1f} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def prefill_table(rows: list[dict]) -> str:
+    lines = ["| shape | dtype | prompts | tokens | per prompt µs | padded µs | per prompt / padded |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['prompts']} | {r['tokens']} | "
+                     f"{1000 * r['per_prompt_ms']:.1f} | {1000 * r['padded_ms']:.1f} | "
+                     f"{r['per_prompt_ms'] / r['padded_ms']:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Prefill attention over padded grids (the CUDA path) against one SDPA call per
+prompt (the CPU path): prompts of many lengths packed end to end, grouped-query and
+multi-head, grids cut by the mask budget, and a runner's logits either way."""
+import pytest
+import torch
+
+from live import prefill_attention as pa
+from live.prefill_attention import PaddedPrefill, PerPromptPrefill, PromptSpans
+
+LENGTHS = [5, 1, 64, 17, 200, 18, 3]
+
+
+def packed(lengths, heads, kv_heads, dim, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = sum(lengths)
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    q = torch.randn(n, heads, dim, generator=g).to(dtype)
+    k = torch.randn(n, kv_heads, dim, generator=g).to(dtype)
+    v = torch.randn(n, kv_heads, dim, generator=g).to(dtype)
+    return q, k, v, PromptSpans(starts, list(lengths))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (9, 3)])
+def test_padded_grids_give_each_prompt_its_own_causal_attention(heads, kv_heads, dtype):
+    q, k, v, spans = packed(LENGTHS, heads, kv_heads, 32, dtype)
+    padded = PaddedPrefill(torch.device("cpu"))
+    got = padded(q, k, v, padded.layout(spans), 0.2)
+    expected = PerPromptPrefill()(q.float(), k.float(), v.float(), spans, 0.2)
+    assert got.shape == q.shape and got.dtype == dtype
+    tolerance = dict(atol=2e-5, rtol=2e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(got.float(), expected, **tolerance)
+
+
+def test_grids_keep_to_the_budget_and_a_lone_prompt_is_plainly_causal(monkeypatch):
+    monkeypatch.setattr(pa, "GRID_BUDGET", 1000)
+    padded = PaddedPrefill(torch.device("cpu"))
+    grids = padded.layout(PromptSpans([sum(LENGTHS[:i]) for i in range(len(LENGTHS))], LENGTHS))
+    # sorted by length: (1, 3, 5) (17, 18) (64) (200)
+    assert [tuple(g.valid.sum(1).tolist()) for g in grids] == [(1, 3, 5), (17, 18), (64,), (200,)]
+    assert [g.mask is None for g in grids] == [False, False, True, True]
+    for g in grids:
+        assert g.valid.shape[0] * g.valid.shape[1] ** 2 <= 1000 or g.mask is None
+    # every packed row is in exactly one cell
+    rows = torch.cat([g.rows[g.valid] for g in grids])
+    assert sorted(rows.tolist()) == list(range(sum(LENGTHS)))
+    q, k, v, spans = packed(LENGTHS, 9, 3, 16, torch.float32, seed=1)
+    torch.testing.assert_close(padded(q, k, v, grids, 0.3), PerPromptPrefill()(q, k, v, spans, 0.3),
+                               atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama-group-3"])
+def test_a_runner_prefilling_on_grids_gives_the_reference_logits(family):
+    from live.model_runner import ModelRunner
+    from scheduler import Scheduler, SchedulerConfig
+    from tiny_models import drive, prompt, request, tiny_gpt2, tiny_llama
+
+    model = tiny_gpt2() if family == "gpt2" else tiny_llama(
+        hidden_size=96, num_attention_heads=6, num_key_value_heads=2)
+    reference = ModelRunner(model, num_blocks=64, block_size=4)
+    on_grids = ModelRunner(model, num_blocks=64, block_size=4)
+    on_grids.prefill_attention = PaddedPrefill(torch.device("cpu"))
+    core = Scheduler(SchedulerConfig(num_blocks=64, block_size=4))
+    prefills = []
+
+    def execute(plan):
+        expected = reference.forward_logits(plan)
+        torch.testing.assert_close(on_grids.forward_logits(plan), expected, atol=5e-4, rtol=5e-4)
+        prefills.append(len(plan.prefills))
+        return reference.sampler.sample(expected, plan.sequences)
+
+    drive(core, reference, {0: [request("a", prompt(6, 1), 5), request("b", prompt(40, 2), 4),
+                                request("c", prompt(1, 3), 3)],
+                            2: [request("d", prompt(23, 4), 4), request("e", prompt(9, 5), 2)]},
+          execute)
+    assert core.is_drained() and prefills[0] == 3 and 2 in prefills
