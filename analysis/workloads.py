@@ -1,11 +1,12 @@
 """The calibration workload: requests chosen to cover what the cost model reads.
 Solo requests of growing prompt length (prefill cost); a ladder of decode batch
-sizes from 1 to the batch limit, each size held for a dozen steps; the full
-batch again for a few hundred steps, its contexts growing token by token to what a
-busy server decodes, so that those are measured rather than extrapolated (the
-cost of a context token grows once K and V outgrow the caches: on a 2-core CPU,
-from 8 to 19 µs past about 4,000 tokens); then Poisson arrivals with some slow readers and leavers, so that mixed steps are
-fitted while the server also streams to clients, as in serving."""
+sizes from 1 to the batch limit, each size held for a dozen steps; Poisson
+arrivals with some slow readers and leavers, so that mixed steps are fitted while
+the server also streams to clients, as in serving; then the full batch for a few
+hundred steps, its contexts growing token by token to what a busy server decodes,
+so that those are measured rather than extrapolated (the cost of a context token
+grows once K and V outgrow the caches: on a 2-core CPU, from 8 to 19 µs past
+about 4,000 tokens)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -47,15 +48,16 @@ def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
         requests += [TraceRequest(f"ladder-{b}-{i}", t, fitted(24 + 8 * i, LADDER_TOKENS),
                                   LADDER_TOKENS) for i in range(b)]
         t += 1.0 + 0.25 * b
-    low, high = LONG_PROMPTS
-    new_tokens = LONG_TOKENS if max_model_len is None else min(LONG_TOKENS, max_model_len // 2)
-    requests += [TraceRequest(f"long-{i}", t, fitted(low + (high - low) * i // max_batch, new_tokens),
-                              new_tokens) for i in range(max_batch)]
-    t += 1.0 + 0.25 * max_batch + 0.01 * (1 + max_batch) * new_tokens  # a CPU's step at this batch
     clients = ClientMix(slow=0.2, slow_pause_s=0.1, leave=0.1, leave_after_tokens=10,
                         leave_how=LeaveHow.FIN)
     mixed = generate(rate=mixed_rate, count=mixed_count, prompt_lengths=Uniform(16, 384),
                      output_lengths=Uniform(16, 64), clients=clients, seed=seed)
     requests += [TraceRequest(f"mixed-{r.id}", t + r.arrival_s, fitted(r.prompt_tokens, r.max_new_tokens),
                               r.max_new_tokens, client=r.client) for r in mixed]
+    # Last, so that nothing waits on a guess of how long its hundreds of steps take.
+    t = requests[-1].arrival_s + 1.0
+    low, high = LONG_PROMPTS
+    new_tokens = LONG_TOKENS if max_model_len is None else min(LONG_TOKENS, max_model_len // 2)
+    requests += [TraceRequest(f"long-{i}", t, fitted(low + (high - low) * i // max_batch, new_tokens),
+                              new_tokens) for i in range(max_batch)]
     return [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]

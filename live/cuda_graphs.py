@@ -48,10 +48,9 @@ def batch_ladder(max_batch: int) -> list[int]:
 
 class DecodeGraphs:
     def __init__(self, forward: DecodeForward, max_batch: int, max_blocks_per_seq: int,
-                 pad_slot: int, device: torch.device, capture: Capture | None = None):
-        """Captures `forward` for every size of `batch_ladder(max_batch)`, as CUDA
-        graphs unless another `capture` is given. Call it under
-        `torch.inference_mode()`, before any decode has run."""
+                 pad_slot: int, device: torch.device):
+        """Captures `forward` for every size of `batch_ladder(max_batch)`. Call it
+        under `torch.inference_mode()`, before any decode has run."""
         self.sizes = batch_ladder(max_batch)
         self.max_blocks_per_seq = max_blocks_per_seq
         self.pad_slot = pad_slot
@@ -60,7 +59,7 @@ class DecodeGraphs:
         self.slots = torch.full((max_batch,), pad_slot, dtype=torch.long, device=device)
         self.tables = torch.zeros(max_batch, max_blocks_per_seq, dtype=torch.int32, device=device)
         self.lens = torch.ones(max_batch, dtype=torch.int32, device=device)
-        capture = capture or CudaGraphCapture()
+        capture: Capture = CudaGraphCapture()
         self._replays: dict[int, Callable[[], None]] = {}
         self._logits: dict[int, torch.Tensor] = {}
         # Largest first: the smaller graphs then fit in the memory the largest took.
