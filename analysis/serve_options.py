@@ -34,6 +34,7 @@ class ServeOptions:
     """On CUDA: decode eagerly rather than from CUDA graphs."""
     block_size: int = 16
     max_waiting: int = 256
+    max_prefill_tokens: int | None = None
     policy: str = "pause_then_drop"
     max_queued: int = 64
     stall_timeout_s: float = 30.0
@@ -53,6 +54,8 @@ class ServeOptions:
                 "--max-waiting", str(self.max_waiting), "--policy", self.policy,
                 "--max-queued", str(self.max_queued), "--stall-timeout-s", str(self.stall_timeout_s)]
         args += ["--num-blocks", str(self.num_blocks)] if self.num_blocks is not None else []
+        if self.max_prefill_tokens is not None:
+            args += ["--max-prefill-tokens", str(self.max_prefill_tokens)]
         if self.gpu_memory_fraction is not None:
             args += ["--gpu-memory-fraction", str(self.gpu_memory_fraction)]
         args += ["--eager"] if self.eager else []

@@ -46,7 +46,9 @@ class ServerInfo:
                 "gpu_memory_fraction": self.runner["gpu_memory_fraction"],
                 "eager": self.runner["eager"],
                 "block_size": self.scheduler["block_size"],
-                "max_waiting": self.scheduler["max_waiting"], "policy": self.policy["name"],
+                "max_waiting": self.scheduler["max_waiting"],
+                "max_prefill_tokens": self.scheduler["max_prefill_tokens"],
+                "policy": self.policy["name"],
                 "max_queued": self.streams["max_queued"],
                 "stall_timeout_s": self.streams["stall_timeout_s"]}
 

@@ -43,6 +43,8 @@ def add_serve_parser(subparsers) -> None:
     p.add_argument("--block-size", type=int, default=d.block_size, help="tokens per KV block")
     p.add_argument("--max-waiting", type=int, default=d.max_waiting,
                    help="waiting requests before new ones get 429")
+    p.add_argument("--max-prefill-tokens", type=int, default=d.max_prefill_tokens,
+                   help="prompt tokens admitted in one step; none: no budget")
     p.add_argument("--keepalive-s", type=float, default=d.keepalive_s,
                    help="a comment on a stream idle this long")
     p.add_argument("--step-log", default=d.step_log, help="also write one JSON line per step here")
@@ -65,7 +67,7 @@ def run_serve(args) -> int:
 
     names = ("model", "device", "dtype", "host", "port", "http2", "policy", "max_queued",
              "stall_timeout_s", "resume_grace_s", "threads", "max_batch", "num_blocks", "kv_cache_mb",
-             "block_size", "max_waiting", "keepalive_s", "step_log", "step_ring",
+             "block_size", "max_waiting", "max_prefill_tokens", "keepalive_s", "step_log", "step_ring",
              "gpu_memory_fraction", "eager", "replay_events",
              "event_padding")
     try:

@@ -32,6 +32,9 @@ class ServeSettings:
     kv_cache_mb: int = 512
     block_size: int = 16
     max_waiting: int = 256
+    max_prefill_tokens: int | None = None
+    """Prompt tokens admitted in one step (a step admits at least one prompt
+    whatever its length); None: as many as slots and blocks allow."""
     step_log: str | None = None
     """Also write every step to this file, as JSON lines."""
     step_ring: int = DEFAULT_RING
@@ -75,8 +78,9 @@ class ServeSettings:
                      "max_body_bytes", "default_max_tokens", "kv_cache_mb", "step_ring"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        if self.num_blocks is not None and self.num_blocks < 1:
-            raise ValueError("num_blocks must be at least 1")
+        for name in ("num_blocks", "max_prefill_tokens"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
         if not 0 < self.gpu_memory_fraction <= 1:
             raise ValueError("gpu_memory_fraction must be in (0, 1]")
         if self.keepalive_s <= 0 or self.stall_timeout_s <= 0:

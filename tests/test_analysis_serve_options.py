@@ -21,6 +21,8 @@ def test_the_cpu_default_gives_a_pool_of_blocks():
     flags = flag_values(ServeOptions(threads=1).serve_args())
     assert flags["--num-blocks"] == "1024" and flags["--device"] == "cpu"
     assert "--gpu-memory-fraction" not in flags and "--eager" not in flags
+    assert "--max-prefill-tokens" not in flags
+    assert flag_values(ServeOptions(max_prefill_tokens=512).serve_args())["--max-prefill-tokens"] == "512"
 
 
 def test_on_cuda_the_pool_may_be_sized_from_memory_and_graphs_turned_off():

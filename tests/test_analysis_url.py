@@ -114,11 +114,13 @@ def test_serve_flags_the_server_does_not_run_are_refused(server, tmp_path):
     url = server.base_url
     before, served = last_step(url), stats(url)["finished"]
     out = run_analysis("compare", "--url", url, "--max-batch", "8", "--policy", "pause",
-                       "--block-size", "16", "--eager", "--out", str(tmp_path / "cmp"), cache=tmp_path)
+                       "--block-size", "16", "--eager", "--max-prefill-tokens", "64",
+                       "--out", str(tmp_path / "cmp"), cache=tmp_path)
     assert out.returncode == 2
     assert "--max-batch 8 (the server runs 4)" in out.stderr
     assert "--policy pause (the server runs pause_then_drop)" in out.stderr
     assert "--eager True (the server runs False)" in out.stderr
+    assert "--max-prefill-tokens 64 (the server runs None)" in out.stderr
     assert "--block-size" not in out.stderr
     assert last_step(url) == before and stats(url)["finished"] == served
     assert not (tmp_path / "cmp").exists()

@@ -118,7 +118,7 @@ def test_python_m_live_serve_stops_gracefully_on_sigterm(smollm2, tmp_path):
 
 def test_python_m_live_serve_refuses_settings_that_make_no_sense():
     root = Path(__file__).resolve().parents[1]
-    for args in (["--policy", "bogus"], ["--max-batch", "0"]):
+    for args in (["--policy", "bogus"], ["--max-batch", "0"], ["--max-prefill-tokens", "0"]):
         result = subprocess.run([sys.executable, "-m", "live", "serve", *args], cwd=root,
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 2, result.stderr
