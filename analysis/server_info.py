@@ -64,9 +64,11 @@ class ServerInfo:
         return out
 
     def sim_settings(self) -> dict:
-        """Flat settings for `sim.build_setup`: the scheduler's and the policy's."""
+        """Flat settings for `sim.build_setup`: the scheduler's, the policy's and the
+        padding the server adds to every event."""
         parameters = {k: v for k, v in self.policy.items() if k != "name"}
-        return dict(policy=self.policy["name"], **self.scheduler, **parameters)
+        return dict(policy=self.policy["name"], event_padding=self.streams["event_padding"],
+                    **self.scheduler, **parameters)
 
     def unmodelled(self) -> list[str]:
         """Settings of this server the simulator does not mirror."""

@@ -128,7 +128,7 @@ def _about(args, cost: CostModel, settings: dict) -> dict:
 _SETTING_OPTIONS = ("policy", "wire", "max_queued", "resume_at", "stall_timeout_s",
                     "max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
                     "max_prefill_tokens", "request_s", "delivery_s", "disconnect_detect_s",
-                    "transport_bytes")
+                    "transport_bytes", "event_padding")
 
 
 def _replay_options(p: argparse.ArgumentParser) -> None:
@@ -155,6 +155,8 @@ def _replay_options(p: argparse.ArgumentParser) -> None:
         outside.add_argument("--" + name.replace("_", "-"), type=float)
     outside.add_argument("--transport-bytes", type=int)
     outside.add_argument("--wire", default="twinstep", choices=sorted(WIRE_FORMATS))
+    outside.add_argument("--event-padding", type=int, default=0,
+                         help="bytes of comment after every event, as the server's --event-padding")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar (there is none either when stderr is not a terminal)")
 

@@ -24,14 +24,15 @@ CONFIG_SETTINGS = tuple(f.name for f in fields(SchedulerConfig))
 OVERHEAD_SETTINGS = tuple(f.name for f in fields(Overheads))
 POLICY_SETTINGS = tuple(sorted({f for cls in BACKLOG_POLICIES.values()
                                 for f in getattr(cls, "__dataclass_fields__", {})}))
-SETTINGS = ("policy", "wire") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
+SETTINGS = ("policy", "wire", "event_padding") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
 
 
 def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twinstep",
-                **settings) -> ReplaySetup:
+                event_padding: int = 0, **settings) -> ReplaySetup:
     """`settings` are SchedulerConfig fields, Overheads fields and backlog policy
     parameters, by name; a parameter the chosen policy does not take is ignored, so
-    one set of settings serves a sweep over policies."""
+    one set of settings serves a sweep over policies. `event_padding`: the
+    server's (see `WireFormat.padded`)."""
     unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
@@ -41,5 +42,5 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
         cost=cost,
         policy=make_policy(policy, **pick(POLICY_SETTINGS)),
         overheads=Overheads(**pick(OVERHEAD_SETTINGS)),
-        wire=wire_format(wire),
+        wire=wire_format(wire).padded(event_padding),
     )

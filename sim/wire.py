@@ -15,6 +15,14 @@ class WireFormat:
     final_bytes: int
     """Everything after the last token (done event, `[DONE]`, message_stop ...)."""
 
+    def padded(self, padding: int) -> WireFormat:
+        """As a server started with `--event-padding` sends it: a comment line of
+        `padding` bytes (": " and two newlines around them) after every event."""
+        if padding < 0:
+            raise ValueError(f"event_padding must be >= 0, not {padding}")
+        extra = padding + 4 if padding else 0
+        return WireFormat(self.name, self.token_bytes + extra, self.final_bytes + extra)
+
 
 WIRE_FORMATS: dict[str, WireFormat] = {w.name: w for w in (
     WireFormat("twinstep", token_bytes=88, final_bytes=84),

@@ -6,7 +6,8 @@ import pytest
 
 from scheduler import (BACKLOG_POLICIES, BacklogPolicy, Decision, Drop, Naive, Pause,
                        SchedulerConfig, SeqState, Unbounded, blocks_for, make_policy)
-from sim import ConstantCost, Overheads, ReplayNotDrained, ReplaySetup, replay
+from sim import (WIRE_FORMATS, ConstantCost, Overheads, ReplayNotDrained, ReplaySetup,
+                 build_setup, replay)
 from traces.record import Client, LeaveHow, ReadMode, TraceRequest
 
 
@@ -87,6 +88,33 @@ def test_a_big_transport_buffer_absorbs_a_slow_readers_backlog(transport_bytes, 
         assert result.series.time_s[-1] == last_step
     (o,) = result.outcomes
     assert o.tokens_read == 40 and o.finish_s == pytest.approx(0.25 + 40 * 0.5)
+
+
+def test_event_padding_fills_the_transport_sooner():
+    # 1,000 bytes hold eleven 88-byte events, but only one padded to 88 + 504.
+    trace = [slow("s", pause_s=0.5, new=40)]
+    plain = replay(trace, setup(Pause(max_queued=2), transport_bytes=1000))
+    padded = replay(trace, ReplaySetup(
+        SchedulerConfig(num_blocks=256, block_size=16, max_batch=8), ConstantCost(0.25),
+        Pause(max_queued=2), Overheads(transport_bytes=1000),
+        WIRE_FORMATS["twinstep"].padded(500)))
+    assert plain.series.peak("paused") == padded.series.peak("paused") == 1
+    first_pause = [next(t for t, p in zip(r.series.time_s, r.series.paused) if p)
+                   for r in (plain, padded)]
+    assert first_pause[1] < first_pause[0]
+    for r in (plain, padded):
+        (o,) = r.outcomes
+        assert o.tokens_read == 40 and o.finish_s == pytest.approx(0.25 + 40 * 0.5)
+
+
+def test_padding_adds_a_comment_line_to_every_event():
+    wire = WIRE_FORMATS["openai"]
+    assert wire.padded(0) == wire
+    padded = wire.padded(100)
+    assert (padded.token_bytes, padded.final_bytes) == (wire.token_bytes + 104, wire.final_bytes + 104)
+    assert build_setup(ConstantCost(1.0), wire="openai", event_padding=100, num_blocks=8).wire == padded
+    with pytest.raises(ValueError, match="event_padding must be >= 0"):
+        wire.padded(-1)
 
 
 def test_a_byte_rate_reader_takes_bytes_over_rate_per_event():
