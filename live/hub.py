@@ -25,7 +25,7 @@ from .engine import Engine, EngineEvent, TokenOut
 from .metrics import ServerMetrics
 from .reader_gate import ReaderGate
 from .serve_config import ServeSettings
-from .stream import EventGone, Reader, Stream, StreamOver, UnknownStream
+from .stream import EventGone, Reader, Stream, StreamExists, StreamOver, UnknownStream
 from .stream_events import (ABORTS, COMPLETED, Done, Failure, HubEvent, Start, Timing, Token,
                             wire_size)
 
@@ -100,10 +100,15 @@ class Hub:
 
     # -- requests ---------------------------------------------------------------
 
-    def open(self, prompt_tokens: int) -> tuple[Stream, Reader]:
-        """A new stream with its `start` event and its first reader. Open it before
-        submitting to the engine, so that no engine event can come before it."""
-        stream = Stream(uuid.uuid4().hex[:16], prompt_tokens)
+    def open(self, prompt_tokens: int, stream_id: str | None = None) -> tuple[Stream, Reader]:
+        """A new stream with its `start` event and its first reader, named
+        `stream_id` if the client chose one. Open it before submitting to the
+        engine, so that no engine event can come before it."""
+        if stream_id in self._streams:
+            raise StreamExists(stream_id)
+        while stream_id is None or stream_id in self._streams:  # a client may have taken it
+            stream_id = uuid.uuid4().hex[:16]
+        stream = Stream(stream_id, prompt_tokens)
         self._streams[stream.id] = stream
         self._active[stream.id] = stream
         self._append(stream, Start(0, prompt_tokens))

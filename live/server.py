@@ -37,14 +37,15 @@ from .engine import Engine
 from .engine_info import describe
 from .h2_flow import AutoBackpressuredProtocol
 from .hub import Hub
-from .stream import EventGone, Reader, Stream, StreamOver, UnknownStream
+from .stream import EventGone, Reader, Stream, StreamExists, StreamOver, UnknownStream
 from .stream_events import Done, Token
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .serve_config import ServeSettings
 from .sse import EventStreamResponse, wait_for_disconnect
 from .step_log import StepsLost
 from .step_loop import StepLoop
-from .validation import ErrorKind, GenerationRequest, RequestError, ServedModel, read_json
+from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, read_json,
+                         request_id)
 
 log = logging.getLogger("twinstep.server")
 
@@ -69,12 +70,18 @@ class LiveService:
         self.hub.bind(self._loop)
         self.step_loop.start()
 
-    def submit(self, request: GenerationRequest) -> tuple[Stream, Reader]:
-        """A stream for an accepted request, or the refusal."""
+    def submit(self, request: GenerationRequest, stream_id: str | None = None) -> tuple[Stream, Reader]:
+        """A stream for an accepted request, named `stream_id` if the client chose
+        one, or the refusal."""
         if self.hub.shutting_down:
             raise RequestError(ErrorKind.UNAVAILABLE, "the server is shutting down",
                                retry_after_s=self.settings.retry_after_s)
-        stream, reader = self.hub.open(len(request.prompt_ids))
+        try:
+            stream, reader = self.hub.open(len(request.prompt_ids), stream_id)
+        except StreamExists:
+            raise RequestError(ErrorKind.CONFLICT, f"a stream named {stream_id!r} is open or was "
+                                                   f"recently: choose another X-Request-Id",
+                               "X-Request-Id") from None
         try:
             self.engine.submit(stream.id, request.prompt_ids, request.max_new_tokens,
                                request.sampling)
@@ -189,7 +196,7 @@ async def post_stream(request: Request):
     service = _service(request)
     try:
         body = await read_json(request, service.settings.max_body_bytes)
-        stream, reader = service.submit(wire_stream.parse(body, service.served))
+        stream, reader = service.submit(wire_stream.parse(body, service.served), request_id(request))
     except RequestError as exc:
         return _refuse(service, exc, wire_stream.error_body)
     return _event_stream(service, reader, wire_stream.StreamRenderer(stream.id), stream.id)
@@ -238,7 +245,7 @@ async def _openai(request: Request, chat: bool):
                                                 service.settings.default_max_tokens)
         else:
             generation = wire_openai.parse_completion(body, service.served)
-        stream, reader = service.submit(generation)
+        stream, reader = service.submit(generation, request_id(request))
     except RequestError as exc:
         return _refuse(service, exc, wire_openai.error_body)
     response_id = f"{'chatcmpl' if chat else 'cmpl'}-{stream.id}"
@@ -272,7 +279,7 @@ async def post_messages(request: Request):
     try:
         body = await read_json(request, service.settings.max_body_bytes)
         generation, stops = wire_anthropic.parse_messages(body, service.served)
-        stream, reader = service.submit(generation)
+        stream, reader = service.submit(generation, request_id(request))
     except RequestError as exc:
         return _refuse(service, exc, wire_anthropic.error_body)
     message_id = f"msg_{stream.id}"

@@ -20,6 +20,10 @@ class UnknownStream(LookupError):
     """No stream with this id, or it was forgotten."""
 
 
+class StreamExists(KeyError):
+    """A stream with this id is open, or ended recently enough to be followed."""
+
+
 class EventGone(LookupError):
     """The replay buffer no longer holds the events after the one asked for."""
 

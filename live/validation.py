@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from starlette.requests import ClientDisconnect, Request
@@ -26,6 +27,7 @@ class ErrorKind(enum.Enum):
 
     INVALID = 400
     NOT_FOUND = 404
+    CONFLICT = 409
     GONE = 410
     TOO_LARGE = 413
     TOO_LONG = 422
@@ -71,6 +73,20 @@ def abort_error(reason: FinishReason) -> RequestError:
 
 
 # -- the body --------------------------------------------------------------------
+
+REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""A client's own request id: it names the stream, so it must fit in an SSE id
+(`<id>:<n>`) and a URL path."""
+
+
+def request_id(request: Request) -> str | None:
+    """The client's `X-Request-Id`, if it sent one: the id its stream will have."""
+    value = request.headers.get("x-request-id")
+    if value is not None and not REQUEST_ID.fullmatch(value):
+        raise RequestError(ErrorKind.INVALID, "X-Request-Id must be 1 to 64 letters, digits, "
+                                              f"'.', '_' or '-', got {value[:80]!r}", "X-Request-Id")
+    return value
+
 
 async def read_json(request: Request, limit: int) -> dict:
     """The body as a JSON object, read no further than `limit` bytes."""

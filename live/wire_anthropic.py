@@ -18,6 +18,7 @@ from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel
 ERROR_TYPES = {
     ErrorKind.INVALID: "invalid_request_error",
     ErrorKind.NOT_FOUND: "not_found_error",
+    ErrorKind.CONFLICT: "invalid_request_error",
     ErrorKind.GONE: "not_found_error",
     ErrorKind.TOO_LARGE: "request_too_large",
     ErrorKind.TOO_LONG: "invalid_request_error",

@@ -24,6 +24,7 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 ERRORS = {  # kind: (type, code)
     ErrorKind.INVALID: ("invalid_request_error", None),
     ErrorKind.NOT_FOUND: ("invalid_request_error", "model_not_found"),
+    ErrorKind.CONFLICT: ("invalid_request_error", "request_id_in_use"),
     ErrorKind.GONE: ("invalid_request_error", "gone"),
     ErrorKind.TOO_LARGE: ("invalid_request_error", "request_too_large"),
     ErrorKind.TOO_LONG: ("invalid_request_error", "context_length_exceeded"),

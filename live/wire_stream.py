@@ -25,6 +25,7 @@ from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel
 ERROR_TYPES = {
     ErrorKind.INVALID: "invalid_request",
     ErrorKind.NOT_FOUND: "not_found",
+    ErrorKind.CONFLICT: "request_id_in_use",
     ErrorKind.GONE: "gone",
     ErrorKind.TOO_LARGE: "request_too_large",
     ErrorKind.TOO_LONG: "prompt_too_long",
