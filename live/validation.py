@@ -72,7 +72,7 @@ def abort_error(reason: FinishReason) -> RequestError:
     return RequestError(kind, ABORT_MESSAGES[reason])
 
 
-# -- the body --------------------------------------------------------------------
+# -- the headers -----------------------------------------------------------------
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 """A client's own request id: it names the stream, so it must fit in an SSE id
@@ -87,6 +87,8 @@ def request_id(request: Request) -> str | None:
                                               f"'.', '_' or '-', got {value[:80]!r}", "X-Request-Id")
     return value
 
+
+# -- the body --------------------------------------------------------------------
 
 async def read_json(request: Request, limit: int) -> dict:
     """The body as a JSON object, read no further than `limit` bytes."""
