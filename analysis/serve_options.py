@@ -44,7 +44,7 @@ class ServeOptions:
             return
         if self.device != "cuda":
             raise BadServeOptions("--gpu-memory-fraction sizes the KV pool of a CUDA device; "
-                             f"the device is {self.device}")
+                                  f"the device is {self.device}")
         if self.num_blocks is not None:
             raise BadServeOptions("give the KV pool as --num-blocks or --gpu-memory-fraction, not both")
 
