@@ -13,6 +13,7 @@ import time
 import torch
 
 from .engine import Engine
+from .request_log import RequestLog
 from .serve_config import ServeSettings
 
 
@@ -32,7 +33,7 @@ def hardware_name(device: str) -> str:
     return f"{model} x{os.cpu_count()}"
 
 
-def describe(engine: Engine, model_name: str, settings: ServeSettings) -> dict:
+def describe(engine: Engine, requests: RequestLog, model_name: str, settings: ServeSettings) -> dict:
     policy = settings.backlog_policy()
     parameters = dataclasses.asdict(policy) if dataclasses.is_dataclass(policy) else {}
     return {
@@ -52,5 +53,6 @@ def describe(engine: Engine, model_name: str, settings: ServeSettings) -> dict:
                                            and settings.device.startswith("cuda") else None),
                    "eager": settings.eager},
         "steps": {"ring": engine.step_log.ring_size, "last": engine.step_log.last_step},
+        "requests": {"ring": requests.ring_size, "last": requests.last},
         "time_unix": time.time(),
     }

@@ -24,6 +24,7 @@ from scheduler import Decision, FinishReason, StepSummary
 from .engine import Engine, EngineEvent, TokenOut
 from .metrics import ServerMetrics
 from .reader_gate import ReaderGate
+from .request_log import RequestLog
 from .serve_config import ServeSettings
 from .stream import EventGone, Reader, Stream, StreamExists, StreamOver, UnknownStream
 from .stream_events import (ABORTS, COMPLETED, Done, Failure, HubEvent, Start, Timing, Token,
@@ -51,6 +52,8 @@ class Hub:
         """As the engine reported them."""
         self.dropped_events = 0
         self.tokens_after_leave = 0
+        self.requests = RequestLog()
+        """What the engine did for each request, once it has finished it."""
         self.readers_cut = 0
         self.shutting_down = False
         self._between_steps = self._core_view()
@@ -139,7 +142,7 @@ class Hub:
         if stream.grace is not None:
             stream.grace.cancel()
             stream.grace = None
-        stream.left_at = None
+        stream.left_at = stream.left_unix = None
         reader = self._attach(stream, cursor)
         self._sync_pause(stream)
         return reader
@@ -213,6 +216,7 @@ class Hub:
             stream = self._active.get(e.seq_id)
             if isinstance(e, TokenOut):
                 if stream is not None and stream.left_at is not None:
+                    stream.tokens_after_leave += 1
                     self.tokens_after_leave += 1
                     self.metrics.wasted_token()
                 if stream is None or stream.ended:
@@ -221,6 +225,8 @@ class Hub:
                 self._token(stream, e, step_started, arrived)
             else:
                 self.finished_by_reason[e.reason] += 1
+                if stream is not None:  # the engine's count is final only now
+                    self.requests.record(stream, e.reason, e.completion_tokens, arrived)
                 if stream is None or stream.ended:
                     self.dropped_events += 1
                     self._active.pop(e.seq_id, None)
@@ -305,7 +311,7 @@ class Hub:
             self._dropped.discard(stream)
         if stream.readers or stream.ended or not left:
             return
-        stream.left_at = time.monotonic()
+        stream.left_at, stream.left_unix = time.monotonic(), time.time()
         grace = self.settings.resume_grace_s
         if grace <= 0:
             self.close(stream, FinishReason.CANCELLED)

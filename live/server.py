@@ -8,6 +8,7 @@ Routes:
     POST /v1/messages                           Anthropic-compatible
     GET  /health, /stats, /metrics
     GET  /v1/engine, /v1/steps                  what a simulator needs to mirror this server
+    GET  /v1/requests                           what the engine did for each finished request
 
 A request is read and checked, tokenized and submitted before any byte of the
 answer: every refusal is an ordinary JSON error in its API's envelope."""
@@ -37,12 +38,12 @@ from .engine import Engine
 from .engine_info import describe
 from .h2_flow import AutoBackpressuredProtocol
 from .hub import Hub
+from .record_ring import RecordsLost
 from .stream import EventGone, Reader, Stream, StreamExists, StreamOver, UnknownStream
 from .stream_events import Done, Token
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .serve_config import ServeSettings
 from .sse import EventStreamResponse, wait_for_disconnect
-from .step_log import StepsLost
 from .step_loop import StepLoop
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, read_json,
                          request_id)
@@ -317,10 +318,11 @@ async def engine_info(request: Request):
     the scheduler's settings, the backlog policy and the streams' settings, and the
     step ring (its size, the newest step): what a simulator needs to mirror it."""
     service = _service(request)
-    return JSONResponse(describe(service.engine, service.served.name, service.settings))
+    return JSONResponse(describe(service.engine, service.hub.requests, service.served.name,
+                                 service.settings))
 
 
-STEPS_PER_PAGE = 10_000
+RECORDS_PER_PAGE = 10_000
 
 
 async def steps(request: Request):
@@ -330,19 +332,32 @@ async def steps(request: Request):
 
     Steps that have fallen out of the ring are not skipped over: asking for them is
     a 410 Gone whose message says which were lost, with the last of them in
-    `X-Steps-Lost-Through` (ask again after it to take what is still kept)."""
+    `X-Records-Lost-Through` (ask again after it to take what is still kept)."""
     service = _service(request)
+    return await _ring_page(request, service, service.engine.step_log.after)
+
+
+async def finished_requests(request: Request):
+    """`GET /v1/requests?after=N&limit=M`: the records of the requests that finished
+    after the Nth to finish, as `/v1/steps` pages steps: id, prompt tokens, arrival,
+    admission, first token and finish (Unix seconds, the engine's view), finish
+    reason, tokens made, tokens made after the client left, and when it left."""
+    service = _service(request)
+    return await _ring_page(request, service, service.hub.requests.after)
+
+
+async def _ring_page(request: Request, service: LiveService, read: Callable[[int, int], list[dict]]):
     try:
         after = _count(request, "after", 0, 0, None)
-        limit = _count(request, "limit", STEPS_PER_PAGE, 1, STEPS_PER_PAGE)
+        limit = _count(request, "limit", RECORDS_PER_PAGE, 1, RECORDS_PER_PAGE)
     except RequestError as exc:
         return _refuse(service, exc, wire_stream.error_body)
     try:
-        records = service.engine.step_log.after(after, limit)
-    except StepsLost as exc:
+        records = read(after, limit)
+    except RecordsLost as exc:
         error = RequestError(ErrorKind.GONE, str(exc), "after")
         return JSONResponse(wire_stream.error_body(error), error.kind.status,
-                            {"X-Steps-Lost-Through": str(exc.lost_through)})
+                            {"X-Records-Lost-Through": str(exc.lost_through)})
     # off the event loop: a full page is a tenth of a second of JSON
     body = await run_in_threadpool(lambda: "".join(json.dumps(r) + "\n" for r in records))
     return Response(body, media_type="application/x-ndjson")
@@ -372,6 +387,7 @@ ROUTES = [
     Route("/metrics", metrics, methods=["GET"]),
     Route("/v1/engine", engine_info, methods=["GET"]),
     Route("/v1/steps", steps, methods=["GET"]),
+    Route("/v1/requests", finished_requests, methods=["GET"]),
 ]
 
 

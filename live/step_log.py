@@ -4,17 +4,16 @@ how long the step took. The last steps are always kept in a bounded ring that
 `[json.loads(l) for l in open(path)]` is all it takes to read them."""
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import itertools
 import json
 import operator
 import threading
 import time
-from collections import deque
 from typing import IO
 
 from scheduler import PlanFeatures
+
+from .record_ring import RecordRing
 
 DEFAULT_RING = 200_000
 """Steps kept in memory: about 80 MB, and over half an hour of steps at 100 a second."""
@@ -23,39 +22,26 @@ FEATURE_NAMES = tuple(f.name for f in dataclasses.fields(PlanFeatures))
 _feature_values = operator.attrgetter(*FEATURE_NAMES)
 
 
-class StepsLost(LookupError):
-    """Steps a reader asked for have fallen out of the ring."""
-
-    def __init__(self, after: int, lost_through: int, ring_size: int):
-        super().__init__(f"steps {after + 1} to {lost_through} fell out of the ring of the last "
-                         f"{ring_size} steps; read steps more often, or keep more")
-        self.lost_through = lost_through
-
-
 class StepLog:
     def __init__(self, path: str | None = None, device: str = "cpu", meta: dict | None = None,
                  ring_size: int = DEFAULT_RING):
-        if ring_size < 1:
-            raise ValueError("the step ring must hold at least 1 step")
         self.path = path
         self._device = device
         self._meta = meta or {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # for the file
         # The hot path keeps a tuple of the step's numbers; the record's dict is
         # built only for a file line or a reader.
-        self._ring: deque[tuple] = deque(maxlen=ring_size)
-        self._lost_through = 0
+        self._ring = RecordRing(ring_size, "steps")
         self._file: IO[str] | None = open(path, "w", buffering=1 << 16) if path else None
 
     @property
     def ring_size(self) -> int:
-        return self._ring.maxlen
+        return self._ring.size
 
     @property
     def last_step(self) -> int:
         """The newest step recorded; 0 before the first (steps count from 1)."""
-        with self._lock:
-            return self._ring[-1][0] if self._ring else 0
+        return self._ring.last
 
     def record(self, step: int, start_s: float, duration_s: float, features: PlanFeatures, *,
                admitted: int, waiting: int, paused: int, blocks_reserved: int,
@@ -65,23 +51,15 @@ class StepLog:
         `device_s`: the step's time on the GPU, where the runner measures it."""
         entry = (step, start_s, duration_s, time.time() - duration_s, _feature_values(features),
                  admitted, waiting, paused, blocks_reserved, device_s)
+        self._ring.append(entry)
         with self._lock:
-            if len(self._ring) == self._ring.maxlen:
-                self._lost_through = self._ring[0][0]
-            self._ring.append(entry)
             if self._file is not None:
                 self._file.write(json.dumps(self._as_record(entry)) + "\n")
 
     def after(self, step: int, limit: int | None = None) -> list[dict]:
         """The records of the steps after `step`, oldest first, at most `limit`;
-        raises `StepsLost` if some of them are no longer kept."""
-        with self._lock:
-            if step < self._lost_through:
-                raise StepsLost(step, self._lost_through, self.ring_size)
-            first = bisect.bisect_right(self._ring, step, key=lambda e: e[0])
-            stop = None if limit is None else first + limit
-            entries = list(itertools.islice(self._ring, first, stop))
-        return [self._as_record(e) for e in entries]
+        raises `RecordsLost` if some of them are no longer kept."""
+        return [self._as_record(e) for e in self._ring.after(step, limit)]
 
     def _as_record(self, entry: tuple) -> dict:
         (step, start_s, duration_s, start_unix, features, admitted, waiting, paused, reserved,

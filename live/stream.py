@@ -52,6 +52,9 @@ class Stream:
         self.engine_paused = False
         self.left_at: float | None = None
         """Monotonic time the last reader left, while nobody reads an unfinished stream."""
+        self.left_unix: float | None = None
+        """The same on the wall clock, for the request's record."""
+        self.tokens_after_leave = 0
         self.grace: asyncio.TimerHandle | None = None
         self.dropped_at: float | None = None
         self.counted = 0

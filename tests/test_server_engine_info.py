@@ -97,7 +97,7 @@ def test_steps_that_fell_out_of_the_ring_are_gone_while_the_file_keeps_them(mode
 
         gone = httpx.get(url + "/v1/steps", params={"after": 0})
         assert gone.status_code == 410
-        assert gone.headers["x-steps-lost-through"] == "6"
+        assert gone.headers["x-records-lost-through"] == "6"
         assert "steps 1 to 6 fell out of the ring of the last 4 steps" in gone.json()["error"]["message"]
         assert httpx.get(url + "/v1/steps", params={"after": 5}).status_code == 410
 

@@ -106,3 +106,15 @@ def test_three_hundred_streams_with_leavers_and_slow_readers_leak_nothing():
     assert result.wasted_tokens_total == wasted
     room = sum(MAX_NEW - o.tokens_read for o in result.outcomes if o.left_s is not None)
     assert 0 <= wasted <= room
+
+    # Each request's record, as the engine saw it, comes to the same: one record a
+    # request, and the wasted tokens only leavers' and adding up to the server's.
+    records = app.state.service.hub.requests.after(0)
+    assert len(records) == len({r["id"] for r in records}) == REQUESTS
+    assert sum(r["tokens_after_leave"] for r in records) == wasted
+    assert all(r["tokens_after_leave"] == 0 for r in records if r["left_unix"] is None)
+    # A stream its client had not left when it ended ran to its length (a slow
+    # leaver's may have, before its client left).
+    stayed = [r for r in records if r["left_unix"] is None]
+    assert len(stayed) >= kinds["to_end"]
+    assert {(r["finish_reason"], r["completion_tokens"]) for r in stayed} == {("length", MAX_NEW)}
