@@ -6,6 +6,7 @@ one read back from its step log) and the count of tokens made after clients left
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,9 +47,12 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
         for note in info.unmodelled():
             log(f"note: the server runs with {note}")
         log(f"live: replaying {len(trace)} requests against {target.url}")
-        mark = target.last_step()
-        result = live_replay(target.url, trace)
+        mark, finished_mark = target.last_step(), target.last_request()
+        prefix = f"twin-{secrets.token_hex(4)}-"  # another run's names never clash with these
+        result = live_replay(target.url, trace, request_id_prefix=prefix)
         steps = target.steps_after(mark)
+        add_engine_view(result.outcomes, target.requests_after(finished_mark), prefix,
+                        result.started_unix)
     (out_dir / "live-steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     if result.wasted_tokens_total is None:
         raise RuntimeError(f"GET {target.url}/stats failed after the replay: without the "
@@ -65,3 +69,20 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
     write_outcomes(out_dir / "live-outcomes.jsonl", live.outcomes)
     write_outcomes(out_dir / "sim-outcomes.jsonl", sim.outcomes)
     return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info)
+
+
+def add_engine_view(outcomes: list[RequestOutcome], records: list[dict], prefix: str,
+                    started_unix: float) -> None:
+    """What only the server knows of each live request, from its records (named
+    `<prefix><trace id>`): when the engine admitted it and made its first token,
+    the tokens it made, and those made after the client left."""
+    by_id = {r["id"].removeprefix(prefix): r for r in records if r["id"].startswith(prefix)}
+    for o in outcomes:
+        record = by_id.get(o.id)
+        if record is None:
+            continue
+        o.tokens_generated = record["completion_tokens"]
+        o.tokens_after_leave = record["tokens_after_leave"]
+        if record["admitted_unix"] is not None:
+            o.admitted_s = record["admitted_unix"] - started_unix
+            o.first_token_engine_s = record["first_token_unix"] - started_unix

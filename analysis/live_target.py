@@ -1,7 +1,8 @@
 """The live server a calibration or a comparison drives: one the analysis starts
 (`ServeOptions`), or one already running at a URL, maybe on another host behind a
 gateway. Either way it is known by what it says over HTTP: `/v1/engine` for what
-it runs, `/v1/steps` for its step records."""
+it runs, `/v1/steps` for its step records, `/v1/requests` for what its engine did
+for each request."""
 from __future__ import annotations
 
 import contextlib
@@ -36,26 +37,41 @@ class LiveTarget:
         """The newest step the server has recorded: a replay's steps come after it."""
         return self.describe().steps["last"]
 
+    def last_request(self) -> int:
+        """The number of the request the server finished last."""
+        return self.describe().requests["last"]
+
     def steps_after(self, step: int) -> list[dict]:
         """The records of the steps after `step` up to the newest one now (not those
-        other clients make while they are read), page by page, with `start_unix`
-        moved onto this host's clock."""
-        last = self.last_step()
+        other clients make while they are read), with `start_unix` moved onto this
+        host's clock."""
+        return self._records("/v1/steps", "step", step, self.last_step(), ("start_unix",))
+
+    def requests_after(self, n: int) -> list[dict]:
+        """The records of the requests that finished after the `n`th, up to the
+        newest now, with their times moved onto this host's clock."""
+        return self._records("/v1/requests", "n", n, self.last_request(),
+                             ("arrival_unix", "admitted_unix", "first_token_unix", "finish_unix",
+                              "left_unix"))
+
+    def _records(self, path: str, key: str, after: int, last: int, times: tuple[str, ...]) -> list[dict]:
         records: list[dict] = []
-        while step < last:
-            response = self._http.get("/v1/steps", params={"after": step})
+        while after < last:
+            response = self._http.get(path, params={"after": after})
             if response.status_code == 410:
                 raise RuntimeError(
-                    f"the server at {self.url} no longer keeps the steps of this run "
-                    f"({response.json()['error']['message']}); start it with a larger step ring")
+                    f"the server at {self.url} no longer keeps the records of this run "
+                    f"({response.json()['error']['message']}); start it with a larger ring")
             response.raise_for_status()
-            page = [r for r in map(json.loads, response.text.splitlines()) if r["step"] <= last]
+            page = [r for r in map(json.loads, response.text.splitlines()) if r[key] <= last]
             for record in page:
-                record["start_unix"] -= self.clock_offset_s
+                for name in times:
+                    if record[name] is not None:
+                        record[name] -= self.clock_offset_s
             records += page
             if not page:
                 break
-            step = page[-1]["step"]
+            after = page[-1][key]
         return records
 
     def close(self) -> None:

@@ -29,6 +29,8 @@ class ServerInfo:
     """How the model runs: gpu_memory_fraction (None unless it sized the pool), eager."""
     steps: dict
     """The step ring: its size and the newest step."""
+    requests: dict
+    """The ring of finished requests: its size and the newest one's number."""
     time_unix: float
 
     @classmethod

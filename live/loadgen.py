@@ -30,6 +30,7 @@ from traces.summary import summarize
 
 from .raw_http import PROTOCOL_FAILURES, Connection, IdleTimeout, Response, Target, resolve
 from .sse_parser import Comment, SSEEvent, SSEParser
+from .validation import REQUEST_ID
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class _ReplayedRequest:
         self.outcome = RequestOutcome(request.id, 0.0, request.prompt_tokens,
                                       request.max_new_tokens)
         self.problem: str | None = None
+        self.server_id = replay.server_id(request)
 
     async def run(self) -> None:
         replay, client, o = self.replay, self.request.client, self.outcome
@@ -170,7 +172,8 @@ class _ReplayedRequest:
 
     async def _exchange(self, connection: Connection, response: Response) -> _Ending:
         body = json.dumps(request_body(self.request, self.replay.prompt_filler)).encode()
-        await connection.post_json(STREAM_PATH, body, accept="text/event-stream")
+        await connection.post_json(STREAM_PATH, body, accept="text/event-stream",
+                                   request_id=self.server_id)
         await response.read_head()
         self.outcome.headers_s = self.replay.now()
         if response.status != 200:
@@ -237,8 +240,9 @@ class _Replay:
 
     def __init__(self, target: Target, *, time_scale: float, max_connections: int | None,
                  prompt_filler: Callable[[TraceRequest], list[int]], timeout_s: float,
-                 recv_buffer_bytes: int | None):
+                 recv_buffer_bytes: int | None, request_id_prefix: str | None):
         self.target = target
+        self.request_id_prefix = request_id_prefix
         self.time_scale = time_scale
         self.connection_slots = (asyncio.Semaphore(max_connections) if max_connections
                                  else contextlib.nullcontext())
@@ -251,6 +255,13 @@ class _Replay:
 
     def now(self) -> float:
         return self.loop.time() - self.loop_start
+
+    def server_id(self, request: TraceRequest) -> str | None:
+        """The id to name `request`'s stream by, if the replay names streams."""
+        if self.request_id_prefix is None:
+            return None
+        name = self.request_id_prefix + request.id
+        return name if REQUEST_ID.fullmatch(name) else None
 
     def from_unix(self, t: float | None) -> float | None:
         return None if t is None else t - self.wall_start
@@ -304,7 +315,7 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
                        max_connections: int | None = None,
                        prompt_filler: Callable[[TraceRequest], list[int]] = PromptFiller(),
                        timeout_s: float = 60.0, recv_buffer_bytes: int | None = None,
-                       settle_s: float = 5.0) -> LiveReplay:
+                       settle_s: float = 5.0, request_id_prefix: str | None = None) -> LiveReplay:
     """Replays `requests` against the server at `base_url` (`POST /v1/stream`).
 
     time_scale: arrival times are multiplied by it (0.5 replays twice as fast);
@@ -317,6 +328,9 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
     recv_buffer_bytes: SO_RCVBUF of every client socket (None: the OS default,
       which grows to megabytes); small values make a slow reader's backlog reach
       the server sooner.
+    request_id_prefix: name each stream `<prefix><trace id>` (`X-Request-Id`), so
+      that the server's records of them (`GET /v1/requests`) can be found; a trace
+      id that would not make a valid request id is left to the server to name.
     """
     if not time_scale > 0:
         raise ValueError(f"time_scale must be positive, got {time_scale}")
@@ -327,7 +341,7 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
         stats_before = await _stats(http)
         replay = _Replay(target, time_scale=time_scale, max_connections=max_connections,
                          prompt_filler=prompt_filler, timeout_s=timeout_s,
-                         recv_buffer_bytes=recv_buffer_bytes)
+                         recv_buffer_bytes=recv_buffer_bytes, request_id_prefix=request_id_prefix)
         replayed = await replay.send_all(requests)
         duration_s = replay.now()
         # Every stream the server accepted ends in its engine, however its client left.

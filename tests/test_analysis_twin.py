@@ -49,6 +49,18 @@ def test_calibrate_compare_and_report(model_dir, tmp_path):
                 assert o.first_token_client_s >= o.arrival_s
     assert comparison.leavers == 2
     assert comparison.live.summary.completed == comparison.sim.summary.completed == 8
+    # the live side, the client's records with the engine's view of each request:
+    # what the server made for every request, and after its client left
+    live = {o.id: o for o in comparison.live.outcomes}
+    for r in requests:
+        o = live[r.id]
+        assert o.arrival_s <= o.admitted_s <= o.first_token_engine_s <= o.first_token_client_s
+        if r.client.leaves:
+            assert o.tokens_read <= o.tokens_generated <= r.max_new_tokens
+            assert o.tokens_generated - o.tokens_read >= o.tokens_after_leave >= 0
+        else:
+            assert (o.tokens_generated, o.tokens_after_leave) == (r.max_new_tokens, 0)
+    assert sum(o.tokens_after_leave for o in live.values()) == comparison.live.summary.wasted_tokens
 
     table = rows(comparison)
     plots = write_plots(comparison, tmp_path / "cmp")

@@ -59,3 +59,21 @@ def test_pages_and_the_requests_that_fell_out_of_the_ring():
         assert lost.status_code == 410 and lost.headers["x-records-lost-through"] == "2"
         assert "requests 1 to 2 fell out of the ring of the last 3 requests" in lost.json()["error"]["message"]
         assert httpx.get(url + "/v1/requests", params={"limit": 0}).status_code == 400
+
+
+def test_the_load_generator_names_the_streams_it_can():
+    from live.loadgen import PromptFiller, replay
+    from tiny_models import VOCAB
+    from traces.record import TraceRequest
+
+    trace = [TraceRequest("t-1", 0.0, 4, 3), TraceRequest("t 2", 0.05, 4, 3)]  # a space: not an id
+    app, _ = tiny_app()
+    with running_server(app) as url:
+        result = replay(url, trace, request_id_prefix="run7-",
+                        prompt_filler=PromptFiller(low=1, high=VOCAB))
+        wait_idle(url)
+        names = [r["id"] for r in records(url)]
+    assert result.problems == {} and all(o.finish_reason == "length" for o in result.outcomes)
+    assert len(names) == 2 and "run7-t-1" in names
+    (other,) = [n for n in names if n != "run7-t-1"]
+    assert len(other) == 16 and int(other, 16) >= 0  # the server named it
