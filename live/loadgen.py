@@ -409,6 +409,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--timeout-s", type=float, default=60.0,
                    help="give a request up after this long without a byte")
     p.add_argument("--out", help="write the per-request records here (JSONL)")
+    p.add_argument("--request-id-prefix", metavar="P",
+                   help="name each stream P<trace id> (X-Request-Id), to find the server's "
+                        "record of it at GET /v1/requests")
     p.set_defaults(func=run_replay_command)
 
 
@@ -418,7 +421,8 @@ def run_replay_command(args) -> int:
 
     requests = load_trace(args.trace)
     result = replay(args.url, requests, time_scale=args.time_scale,
-                    max_connections=args.max_connections, timeout_s=args.timeout_s)
+                    max_connections=args.max_connections, timeout_s=args.timeout_s,
+                    request_id_prefix=args.request_id_prefix)
     if args.out:
         write_outcomes(args.out, result.outcomes)
     print(format_replay(result))

@@ -57,6 +57,8 @@ class Seen:
     """Bytes the kernel took (the stand-in waits for each write to be taken)."""
     blocked_s: float = 0.0
     """Time its writes waited for the kernel to take them."""
+    named: str | None = None
+    """The X-Request-Id the client sent, if any."""
     done_sent: bool = False
     peer_close: str | None = None
     """"fin" (EOF read) or "rst" (connection reset), as first seen."""
@@ -114,7 +116,8 @@ class StandIn:
                 await self._json(writer, 200, stats)
                 return
             assert path == "/v1/stream" and headers["connection"] == "close"
-            seen = Seen(json.loads(body), f"req{len(self.seen)}", time.time())
+            seen = Seen(json.loads(body), f"req{len(self.seen)}", time.time(),
+                        named=headers.get("x-request-id"))
             self.seen.append(seen)
             script = self.script(seen.body)
             if script.refuse is not None:
@@ -421,8 +424,9 @@ def test_command_line(stand_in, tmp_path, capsys):
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["replay", "--url", stand_in.url, "--trace", str(trace),
-                              "--time-scale", "2", "--out", str(out)])
+                              "--time-scale", "2", "--out", str(out), "--request-id-prefix", "p-"])
     assert args.func(args) == 0
+    assert sorted(s.named for s in stand_in.seen) == ["p-a", "p-b"]
     outcomes = {o.id: o for o in read_outcomes(out)}
     assert outcomes["a"].tokens_read == 5 and outcomes["b"].tokens_read == 2
     assert outcomes["b"].arrival_s >= 0.09  # 0.05 s scaled by 2
