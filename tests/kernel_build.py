@@ -25,7 +25,9 @@ def build(arch: int, dtype: str, heads: int, kv_heads: int, head_dim: int, block
     data = "*" + TYPES[dtype]
     signature = {"q_ptr": data, "k_ptr": data, "v_ptr": data, "out_ptr": data,
                  "tables_ptr": "*i32", "lens_ptr": "*i32", "scale": "fp32"}
-    signature |= {name: "i32" for name in _paged_decode_kernel.arg_names[7:15]}
+    names = _paged_decode_kernel.arg_names
+    strides = names[names.index("scale") + 1:names.index("GROUP")]
+    signature |= {name: "i32" for name in strides}
     constants = kernel_constants(heads // kv_heads, head_dim, block_size)
     signature |= {name: "constexpr" for name in constants}
     kernel = triton.compile(ASTSource(_paged_decode_kernel, signature, constants),

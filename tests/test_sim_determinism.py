@@ -20,6 +20,15 @@ def results(out: Path) -> dict[str, bytes]:
     return {name: (out / name).read_bytes() for name in RESULTS}
 
 
+def assert_depends_on_seed_alone(run, seed: int, other_seed: int) -> None:
+    """`run(seed, name)` gives the same files twice for one seed, others for another."""
+    first = run(seed, "a")
+    assert run(seed, "b") == first
+    other = run(other_seed, "c")
+    assert other["outcomes.jsonl"] != first["outcomes.jsonl"]
+    assert other["summary.json"] != first["summary.json"]
+
+
 def test_slow_readers_and_leavers_replay_byte_for_byte(tmp_path):
     # 8 slow readers and 6 leavers; small connections and a tight policy, so pauses,
     # drops and cancels all happen, on the shipped CPU profile.
@@ -40,11 +49,7 @@ def test_a_sampled_trace_depends_on_its_seed_alone(tmp_path):
             "--max-prompt-tokens", 1500, "--max-new-tokens", 64, "--out", tmp_path / out)
         return results(tmp_path / out)
 
-    first = replay_sample(1, "a")
-    assert replay_sample(1, "b") == first
-    other = replay_sample(2, "c")
-    assert other["outcomes.jsonl"] != first["outcomes.jsonl"]
-    assert other["summary.json"] != first["summary.json"]
+    assert_depends_on_seed_alone(replay_sample, 1, 2)
 
 
 def test_a_generated_trace_depends_on_its_seed_alone(tmp_path):
@@ -58,8 +63,4 @@ def test_a_generated_trace_depends_on_its_seed_alone(tmp_path):
             "--transport-bytes", 512, "--out", tmp_path / name)
         return results(tmp_path / name)
 
-    first = generate_and_replay(5, "a")
-    assert generate_and_replay(5, "b") == first
-    other = generate_and_replay(6, "c")
-    assert other["outcomes.jsonl"] != first["outcomes.jsonl"]
-    assert other["summary.json"] != first["summary.json"]
+    assert_depends_on_seed_alone(generate_and_replay, 5, 6)
