@@ -1,8 +1,9 @@
 """The comparison: one trace replayed against the live server by the real client
 and in the simulator with a profile and the server's own settings, and the same
 summary computed from both: from the outcomes, the engine's time series (the live
-one read back from its step log) and the count of tokens made after clients left
-(the live server's own)."""
+one read back from its step log) and what the engine made for each request (the
+live server's records of this run's requests, so that other clients of a shared
+server count for nothing)."""
 from __future__ import annotations
 
 import json
@@ -51,17 +52,15 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
         prefix = f"twin-{secrets.token_hex(4)}-"  # another run's names never clash with these
         result = live_replay(target.url, trace, request_id_prefix=prefix)
         steps = target.steps_after(mark)
-        add_engine_view(result.outcomes, target.requests_after(finished_mark), prefix,
-                        result.started_unix)
+        unrecorded = add_engine_view(result.outcomes, target.requests_after(finished_mark),
+                                     prefix, result.started_unix)
     (out_dir / "live-steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
-    if result.wasted_tokens_total is None:
-        raise RuntimeError(f"GET {target.url}/stats failed after the replay: without the "
-                           f"server's count of tokens made after their clients left, the "
-                           f"live side's wasted work is unknown")
+    if unrecorded:
+        raise RuntimeError(f"the server at {target.url} has no record of {len(unrecorded)} "
+                           f"accepted requests ({', '.join(unrecorded[:5])}): without them "
+                           f"the tokens it made, and wasted, are unknown")
     live_series = series_from_steps(steps, result.started_unix)
-    live = Side(result.outcomes, live_series,
-                summarize_replay(result.outcomes, live_series,
-                                 wasted_tokens=result.wasted_tokens_total))
+    live = Side(result.outcomes, live_series, summarize_replay(result.outcomes, live_series))
     log("sim: replaying the same trace on the virtual clock")
     setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)
     simulated = sim_replay(trace, setup)
@@ -72,17 +71,22 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
 
 
 def add_engine_view(outcomes: list[RequestOutcome], records: list[dict], prefix: str,
-                    started_unix: float) -> None:
+                    started_unix: float) -> list[str]:
     """What only the server knows of each live request, from its records (named
     `<prefix><trace id>`): when the engine admitted it and made its first token,
-    the tokens it made, and those made after the client left."""
+    the tokens it made, and those made after the client left. Returns the ids of
+    the accepted requests that have no record."""
     by_id = {r["id"].removeprefix(prefix): r for r in records if r["id"].startswith(prefix)}
+    unrecorded = []
     for o in outcomes:
         record = by_id.get(o.id)
         if record is None:
+            if o.refused is None:
+                unrecorded.append(o.id)
             continue
         o.tokens_generated = record["completion_tokens"]
         o.tokens_after_leave = record["tokens_after_leave"]
         if record["admitted_unix"] is not None:
             o.admitted_s = record["admitted_unix"] - started_unix
             o.first_token_engine_s = record["first_token_unix"] - started_unix
+    return unrecorded

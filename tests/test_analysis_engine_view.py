@@ -1,0 +1,48 @@
+"""The live side of a comparison takes what the engine made for each request from
+the server's records of this run alone, and says which accepted requests it has
+no record of."""
+import pytest
+
+from analysis.compare import add_engine_view
+from live.request_log import FIELDS
+from traces.outcome import RequestOutcome
+
+STARTED = 1_700_000_000.0
+PREFIX = "twin-ab12cd34-"
+
+
+def record(n: int, rid: str, **fields) -> dict:
+    base = dict(n=n, id=rid, prompt_tokens=4, arrival_unix=STARTED + 0.1,
+                admitted_unix=STARTED + 0.2, first_token_unix=STARTED + 0.3,
+                finish_unix=STARTED + 0.9, finish_reason="length", completion_tokens=8,
+                tokens_after_leave=0, left_unix=None)
+    assert set(base) == set(FIELDS)
+    return base | fields
+
+
+def test_records_of_this_run_fill_in_the_engine_view():
+    outcomes = [RequestOutcome("a", 0.1, 4, 8), RequestOutcome("b", 0.1, 4, 8, left_s=0.5),
+                RequestOutcome("c", 0.1, 4, 8, refused="429 waiting queue full")]
+    records = [
+        record(1, PREFIX + "a"),
+        record(2, PREFIX + "b", finish_reason="cancelled", admitted_unix=None,
+               first_token_unix=None, completion_tokens=5, tokens_after_leave=2,
+               left_unix=STARTED + 0.5),
+        # the same trace id sent by another run or client: not this run's
+        record(3, "twin-ffffffff-a", completion_tokens=99, tokens_after_leave=7),
+        record(4, "a", completion_tokens=99, tokens_after_leave=7),
+    ]
+    assert add_engine_view(outcomes, records, PREFIX, STARTED) == []
+    a, b, c = outcomes
+    assert (a.tokens_generated, a.tokens_after_leave) == (8, 0)
+    assert (a.admitted_s, a.first_token_engine_s) == pytest.approx((0.2, 0.3))
+    assert (b.tokens_generated, b.tokens_after_leave) == (5, 2)
+    assert (b.admitted_s, b.first_token_engine_s) == (None, None)
+    assert (c.tokens_generated, c.tokens_after_leave, c.admitted_s) == (0, 0, None)
+
+
+def test_an_accepted_request_without_a_record_is_named():
+    outcomes = [RequestOutcome("a", 0.0, 4, 8), RequestOutcome("gone", 0.0, 4, 8),
+                RequestOutcome("refused", 0.0, 4, 8, refused="503 shutting down")]
+    assert add_engine_view(outcomes, [record(1, PREFIX + "a")], PREFIX, STARTED) == ["gone"]
+    assert outcomes[1].tokens_generated == 0
