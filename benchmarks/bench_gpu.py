@@ -160,11 +160,16 @@ def hf_generate_batch(model, batch, work: Work) -> tuple[float, float | None]:
     """tokens/s over the whole call, and from the first token to the last."""
     stamped = "record_timestamps" in inspect.signature(model.generate_batch).parameters
     t0 = time.perf_counter()
-    with torch.inference_mode():
+    # no_grad, not inference_mode: its worker thread writes in place to tensors made
+    # here, which inference mode forbids outside it (transformers 5.17 fails each request)
+    with torch.no_grad():
         out = model.generate_batch(batch, generation_config=hf_config(work), progress_bar=False,
                                    **({"record_timestamps": True} if stamped else {}))
     elapsed = time.perf_counter() - t0
     made = sum(len(o.generated_tokens) for o in out.values())
+    if made < len(batch) * work.new_tokens:
+        raise RuntimeError(f"generate_batch made {made} of {len(batch) * work.new_tokens} "
+                           f"tokens: its requests failed (see its log above)")
     stamps = [o.timestamps for o in out.values() if getattr(o, "timestamps", None)]
     span = (max(s[-1] for s in stamps) - min(s[0] for s in stamps)) if stamps else 0
     return made / elapsed, (made / span if span > 0 else None)
