@@ -1,7 +1,8 @@
-"""The pure scheduler core: requests, the block pool, admission by reservation,
+"""The pure scheduler core: requests, the block pool, admission by reservation
+(whole, or optimistic with preemption),
 step plans, the thread-safe inbox, backlog policies and events. Standard library
 only: the live engine and the simulator both drive it."""
-from .admission import ADMISSION_POLICIES, AdmissionPolicy, ReserveWhole
+from .admission import ADMISSION_POLICIES, AdmissionPolicy, Optimistic, ReserveWhole
 from .backlog import (BACKLOG_POLICIES, Backlog, BacklogPolicy, Decision, Drop, Naive,
                       Pause, PauseThenDrop, Unbounded, make_policy)
 from .block_pool import BlockPool, blocks_for
@@ -14,7 +15,7 @@ from .request import FinishReason, Request, Sequence, SeqState
 from .summary import StepSummary
 
 __all__ = [
-    "ADMISSION_POLICIES", "AdmissionPolicy", "ReserveWhole",
+    "ADMISSION_POLICIES", "AdmissionPolicy", "Optimistic", "ReserveWhole",
     "BACKLOG_POLICIES", "Backlog", "BacklogPolicy", "Decision", "Drop", "Naive", "Pause",
     "PauseThenDrop", "Unbounded", "make_policy",
     "BlockPool", "blocks_for", "Scheduler", "SchedulerConfig",

@@ -56,6 +56,14 @@ class BlockPool:
         self.reservations += 1
         return table
 
+    def extend(self, seq_id: str, n: int) -> None:
+        """Hold `n` blocks more for `seq_id` (a reservation that grows as it writes)."""
+        if not self.can_reserve(n):
+            raise InvariantBroken(f"cannot extend {seq_id!r} by {n} blocks: {self.free_blocks} free")
+        held, table = self._held[seq_id]
+        self._held[seq_id] = (held + n, table)
+        self._reserved += n
+
     def grow(self, seq_id: str, num_tokens: int) -> list[int]:
         """Extend the block table of `seq_id` to hold `num_tokens` tokens."""
         n, table = self._held[seq_id]

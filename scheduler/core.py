@@ -7,8 +7,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from .admission import AdmissionPolicy, ReserveWhole
-from .block_pool import BlockPool
+from .admission import ADMISSION_POLICIES, AdmissionPolicy
+from .block_pool import BlockPool, blocks_for
 from .errors import InvalidRequest, InvariantBroken, RequestTooLarge
 from .events import Event, FinishEvent, TokenEvent
 from .inbox import Inbox, Wish
@@ -27,12 +27,24 @@ class SchedulerConfig:
     max_prefill_tokens: int | None = None
     """Prompt tokens admitted in one step; the first admission of a step ignores it
     so that a long prompt still runs."""
+    admission: str = "reserve"
+    """The admission policy, by name (`ADMISSION_POLICIES`)."""
+
+    def __post_init__(self):
+        if self.admission not in ADMISSION_POLICIES:
+            raise ValueError(f"unknown admission policy {self.admission!r}; known: "
+                             f"{', '.join(sorted(ADMISSION_POLICIES))}")
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, admission: AdmissionPolicy | None = None):
+        """`admission`: the policy `config.admission` names, built with other
+        parameters than its defaults."""
+        if admission is not None and admission.name != config.admission:
+            raise ValueError(f"the config names admission {config.admission!r}, "
+                             f"the policy given is {admission.name!r}")
         self.config = config
-        self.admission = admission or ReserveWhole()
+        self.admission = admission or ADMISSION_POLICIES[config.admission]()
         self.pool = BlockPool(config.num_blocks, config.block_size)
         self.inbox = Inbox(config.max_waiting)
         self._waiting: dict[str, Sequence] = {}
@@ -53,6 +65,10 @@ class Scheduler:
         """Sequences of the batch whose block table is full: their next token needs
         a block."""
         self.finished_by_reason: Counter[FinishReason] = Counter()
+        self.preemptions = 0
+        """Sequences preempted to free blocks (a preempting admission policy only)."""
+        self.recomputed_tokens = 0
+        """Tokens prefilled again when preempted sequences were re-admitted."""
 
     # -- wishes: any thread ---------------------------------------------------
 
@@ -82,7 +98,7 @@ class Scheduler:
             raise RequestTooLarge(
                 f"prompt ({request.prompt_len}) + max_new_tokens ({request.max_new_tokens}) "
                 f"= {total} tokens is over the model's context of {limit}")
-        need = self.admission.reservation(request, self.config.block_size)
+        need = blocks_for(total, self.config.block_size)
         if need > self.config.num_blocks:
             raise RequestTooLarge(
                 f"request needs {need} KV blocks; the pool has {self.config.num_blocks}")
@@ -100,13 +116,16 @@ class Scheduler:
 
     def plan(self) -> StepPlan:
         finished = self._apply_inbox()
-        prefills = self._admit()
+        preempted = self.preemptions
         decodes, context = self._decode_batch()
+        # As vLLM does: a step that had to preempt admits nothing new.
+        prefills = self._admit() if self.preemptions == preempted else []
         self._steps += 1
         prefill_tokens = prefill_tokens_sq = 0
         for seq in prefills:
-            prefill_tokens += seq.prompt_len
-            prefill_tokens_sq += seq.prompt_len * seq.prompt_len
+            n = seq.num_tokens  # the prompt, and a recomputed sequence's output too
+            prefill_tokens += n
+            prefill_tokens_sq += n * n
         features = PlanFeatures(len(prefills), prefill_tokens, prefill_tokens_sq, len(decodes),
                                 context)
         return StepPlan(self._steps, prefills, decodes, finished, features)
@@ -156,6 +175,8 @@ class Scheduler:
             blocks_reserved=self.pool.reserved_blocks,
             blocks_used=self.pool.used_blocks,
             inbox=len(self.inbox),
+            preemptions=self.preemptions,
+            recomputed_tokens=self.recomputed_tokens,
         )
 
     def has_work(self) -> bool:
@@ -225,25 +246,69 @@ class Scheduler:
     def _decode_batch(self) -> tuple[list[Sequence], int]:
         """The running, unpaused sequences that have made a token, in admission
         order, and the context they hold; each block table grows to hold the token
-        this step writes. While the batch holds (see `_batch`), it is the last one
-        with a token more each, and only the tables commit found full grow."""
-        pool = self.pool
-        if self._batch is None:
-            batch, context = [], 0
-            bs, running = self.config.block_size, SeqState.RUNNING
-            for seq in self._running.values():
-                if seq.state is running and seq.output:
-                    n = seq.num_tokens
-                    if n > len(seq.block_table) * bs:
-                        pool.grow(seq.id, n)
-                    batch.append(seq)
-                    context += n
-            self._batch, self._batch_context = batch, context
+        this step writes, preempting newer sequences for the blocks if the policy
+        says so. While the batch holds (see `_batch`), it is the last one with a
+        token more each, and only the tables commit found full grow."""
+        full = self._batch_full
+        if self._batch is not None and self.pool.can_reserve(sum(map(self._blocks_short, full))):
+            for seq in full:
+                self._grow(seq)
+            full.clear()
+            return list(self._batch), self._batch_context
+        full.clear()
+        batch, context = [], 0
+        bs, running = self.config.block_size, SeqState.RUNNING
+        for seq in list(self._running.values()):
+            if seq.state is not running or not seq.output or seq.id not in self._running:
+                continue  # paused, not prefilled yet, or preempted for an older one
+            n = seq.num_tokens
+            if n > len(seq.block_table) * bs:
+                if not self._make_room(seq):
+                    continue
+                self._grow(seq)
+            batch.append(seq)
+            context += n
+        self._batch, self._batch_context = batch, context
+        return list(batch), context
+
+    def _blocks_short(self, seq: Sequence) -> int:
+        """Blocks `seq` must take beyond its reservation to write its next token."""
+        return max(0, blocks_for(seq.num_tokens, self.config.block_size) - seq.reserved)
+
+    def _grow(self, seq: Sequence) -> None:
+        need = self._blocks_short(seq)
+        if need:
+            self.pool.extend(seq.id, need)
+            seq.reserved += need
+        self.pool.grow(seq.id, seq.num_tokens)
+
+    def _make_room(self, seq: Sequence) -> bool:
+        """Free blocks for `seq`'s next token by preempting the newest admitted
+        sequences; False when `seq` is itself the newest and was preempted."""
+        while not self.pool.can_reserve(self._blocks_short(seq)):
+            if not self.admission.preempts:
+                raise InvariantBroken(f"sequence {seq.id!r} outgrew its reservation")
+            victim = next(reversed(self._running.values()))
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Release `seq`'s blocks and put it at the head of the queue, its output
+        kept: when re-admitted, its prompt and output are prefilled again."""
+        self.pool.release(seq.id)
+        seq.reserved = 0
+        del self._running[seq.id]
+        if seq.state is SeqState.PAUSED:
+            self._paused_admitted -= 1
+            self._paused_waiting += 1
         else:
-            for seq in self._batch_full:
-                pool.grow(seq.id, seq.num_tokens)
-        self._batch_full.clear()
-        return list(self._batch), self._batch_context
+            seq.state = SeqState.WAITING
+        self._waiting = {seq.id: seq, **self._waiting}
+        self.inbox.set_waiting(len(self._waiting))
+        self._batch = None
+        self.preemptions += 1
 
     def _admit(self) -> list[Sequence]:
         """Admit in arrival order while a slot and the reservation fit. A paused
@@ -256,22 +321,27 @@ class Scheduler:
         budget = self.config.max_prefill_tokens
         prompt_tokens = 0
         slots = self.config.max_batch - len(self._running)
+        headroom = self.admission.headroom(self.config.num_blocks)
         for seq in self._waiting.values():
             if slots <= 0:
                 break
             if seq.state is SeqState.PAUSED:
                 continue
-            if budget is not None and admitted and prompt_tokens + seq.prompt_len > budget:
+            n = seq.num_tokens
+            if budget is not None and admitted and prompt_tokens + n > budget:
                 break
-            need = self.admission.reservation(seq.request, self.config.block_size)
-            if not self.pool.can_reserve(need):
+            need = self.admission.reservation(seq, self.config.block_size)
+            # headroom only beside others: alone, a request that fits the pool runs
+            if not self.pool.can_reserve(need + (headroom if self._running or admitted else 0)):
                 break
             seq.block_table = self.pool.reserve(seq.id, need)
             seq.reserved = need
-            self.pool.grow(seq.id, seq.prompt_len)
+            self.pool.grow(seq.id, n)
             seq.state = SeqState.RUNNING
             admitted.append(seq)
-            prompt_tokens += seq.prompt_len
+            if seq.output:
+                self.recomputed_tokens += n
+            prompt_tokens += n
             slots -= 1
         for seq in admitted:
             del self._waiting[seq.id]

@@ -14,6 +14,10 @@ class StepSummary:
     blocks_reserved: int
     blocks_used: int
     inbox: int
+    preemptions: int = 0
+    """Sequences preempted for blocks since the core was built."""
+    recomputed_tokens: int = 0
+    """Tokens prefilled again for re-admitted sequences since the core was built."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from scheduler import FinishEvent, Request, Scheduler, SchedulerConfig, TokenEvent
 
 
-def make_core(num_blocks=64, block_size=4, max_batch=8, max_waiting=100, **kw) -> Scheduler:
+def make_core(num_blocks=64, block_size=4, max_batch=8, max_waiting=100, admission=None,
+              **kw) -> Scheduler:
+    if admission is not None:
+        kw["admission"] = admission.name
     return Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=block_size,
-                                     max_batch=max_batch, max_waiting=max_waiting, **kw))
+                                     max_batch=max_batch, max_waiting=max_waiting, **kw), admission)
 
 
 def req(i, prompt=5, new=3) -> Request:

@@ -1,7 +1,8 @@
 """Random interleavings of wishes and steps: the pool stays consistent and whole."""
 from hypothesis import given, settings, strategies as st
 
-from scheduler import FinishEvent, FinishReason, QueueFull, Request, RequestTooLarge, SeqState
+from scheduler import (ADMISSION_POLICIES, FinishEvent, FinishReason, QueueFull, Request,
+                       RequestTooLarge, SeqState)
 
 from core_helpers import make_core
 
@@ -17,10 +18,10 @@ ops = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(ops=ops, num_blocks=st.integers(4, 24), block_size=st.integers(1, 8),
-       max_batch=st.integers(1, 6))
-def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, max_batch):
+       max_batch=st.integers(1, 6), policy=st.sampled_from(sorted(ADMISSION_POLICIES)))
+def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, max_batch, policy):
     core = make_core(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch,
-                     max_waiting=10)
+                     max_waiting=10, admission=ADMISSION_POLICIES[policy]())
     released = []
     original = core.pool.release
     core.pool.release = lambda seq_id: (released.append(seq_id), original(seq_id))[1]
@@ -41,6 +42,8 @@ def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, m
                 finished[e.seq_id] = e.reason
         summary = core.summary()
         assert summary.blocks_free + summary.blocks_reserved == num_blocks
+        assert sum(s.reserved for s in core.running) == summary.blocks_reserved
+        assert all(not s.reserved and not s.block_table for s in core.waiting)
         assert len(core.running) <= max_batch
         assert core.pool.used_blocks <= core.pool.reserved_blocks
 
@@ -64,8 +67,10 @@ def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, m
         do_step(set())
     assert core.is_drained()
     assert set(finished) == set(accepted)
-    assert len(released) == len(set(released)) == len(admitted_order)
-    # admission in arrival order, except past requests paused while waiting
+    # a release for every admission: once each, and again for each preemption
+    assert sorted(released) == sorted(admitted_order)
+    assert len(released) - len(set(released)) == core.preemptions
+    # first admissions in arrival order, except past requests paused while waiting
     paused_ever = {f"r{op[1]}" for op in ops if op[0] == "pause"}
-    plain = [r for r in admitted_order if r not in paused_ever]
+    plain = [r for r in dict.fromkeys(admitted_order) if r not in paused_ever]
     assert plain == sorted(plain, key=lambda r: int(r[1:]))
