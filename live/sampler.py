@@ -56,21 +56,21 @@ def _params(seq: Sequence) -> SamplingParams:
 def _draw(logits: torch.Tensor, params: list[SamplingParams],
           uniforms: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling: each row's token is where its uniform falls in the
-    cumulative distribution left after temperature, top-k and top-p."""
+    cumulative distribution left after temperature, top-k and top-p, over the
+    tokens sorted by probability. Every row is sorted, whether or not it cuts, so
+    that a uniform picks the same token whatever the other rows of the batch ask."""
     device, vocab = logits.device, logits.shape[-1]
     temperature = torch.tensor([p.temperature for p in params], device=device)
     probs = torch.softmax(logits.float() / temperature[:, None], -1)
-    order = None
-    if any(p.top_k for p in params) or any(p.top_p < 1 for p in params):
-        probs, order = probs.sort(dim=-1, descending=True, stable=True)
-        top_k = torch.tensor([p.top_k or vocab for p in params], device=device)
-        probs = probs * (torch.arange(vocab, device=device)[None, :] < top_k[:, None])
-        probs = probs / probs.sum(-1, keepdim=True)
-        # Keep the smallest prefix whose mass reaches top_p.
-        top_p = torch.tensor([p.top_p if p.top_p < 1 else float("inf") for p in params],
-                             device=device)
-        probs = probs * ((probs.cumsum(-1) - probs) < top_p[:, None])
+    probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    top_k = torch.tensor([p.top_k or vocab for p in params], device=device)
+    probs = probs * (torch.arange(vocab, device=device)[None, :] < top_k[:, None])
+    probs = probs / probs.sum(-1, keepdim=True)
+    # Keep the smallest prefix whose mass reaches top_p.
+    top_p = torch.tensor([p.top_p if p.top_p < 1 else float("inf") for p in params],
+                         device=device)
+    probs = probs * ((probs.cumsum(-1) - probs) < top_p[:, None])
     cdf = probs.cumsum(-1)
     picks = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True)
     picks = picks.clamp_(max=vocab - 1)
-    return (picks if order is None else order.gather(1, picks)).squeeze(1)
+    return order.gather(1, picks).squeeze(1)

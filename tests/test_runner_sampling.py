@@ -76,3 +76,14 @@ def test_forget_restarts_a_seeded_generator():
     first = [sampler.sample(logits, [s])[0] for _ in range(8)]
     sampler.forget("s")
     assert [sampler.sample(logits, [s])[0] for _ in range(8)] == first
+
+
+def test_a_seeded_row_draws_the_same_beside_rows_that_cut():
+    # A row that neither cuts by top-k nor top-p, alone and beside one that does.
+    logits = torch.randn(2, 50, generator=torch.Generator().manual_seed(0))
+    plain = seq("plain", temperature=1.0, seed=3)
+    alone, beside = Sampler(), Sampler()
+    cut = seq("cut", temperature=1.0, top_k=5, seed=4)
+    drawn_alone = [alone.sample(logits[:1], [plain])[0] for _ in range(20)]
+    drawn_beside = [beside.sample(logits, [plain, cut])[0] for _ in range(20)]
+    assert drawn_alone == drawn_beside and len(set(drawn_alone)) > 1
