@@ -75,6 +75,8 @@ class Engine:
         start = time.perf_counter()
         plan = self.core.plan()
         for seq in plan.prefills:
+            if seq.output:
+                continue  # recomputed after preemption: its text goes on where it was
             payload = seq.request.payload
             self._texts[seq.id] = TextStream(self.tokenizer, payload.prompt_ids, payload.sampling.stop)
             self._prompt_lens[seq.id] = seq.prompt_len

@@ -88,18 +88,21 @@ class ModelRunner:
     def prefill(self, seqs: list[Sequence], decodes: list[Sequence] = ()) -> torch.Tensor:
         """All prompts packed into one batch, each attending causally to itself, and
         the step's decodes riding along as rows of the same pass: the weights are read
-        once per step, not once for the prompts and again for the decodes."""
+        once per step, not once for the prompts and again for the decodes. A sequence
+        re-admitted after preemption has its output prefilled again behind its prompt."""
         ids, positions, slots, starts, lengths = [], [], [], [], []
         for seq in seqs:
             prompt = seq.request.payload.prompt_ids
             if len(prompt) != seq.prompt_len:
                 raise ValueError(f"sequence {seq.id!r}: {len(prompt)} prompt ids, "
                                  f"prompt_len {seq.prompt_len}")
+            n = seq.num_tokens
             starts.append(len(ids))
-            lengths.append(len(prompt))
+            lengths.append(n)
             ids.extend(prompt)
-            positions.extend(range(len(prompt)))
-            slots.extend(slot_mapping(seq.block_table, 0, len(prompt), self.block_size))
+            ids.extend(seq.output)
+            positions.extend(range(n))
+            slots.extend(slot_mapping(seq.block_table, 0, n, self.block_size))
         prompts = self.prefill_attention.layout(PromptSpans(starts, lengths))
         packed = len(ids)
         last_rows = [s + n - 1 for s, n in zip(starts, lengths)]
