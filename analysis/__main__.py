@@ -40,7 +40,8 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, default=unset,
                    help=f"torch threads in the server (default: {d.threads})")
     for name, kind in (("max_batch", int), ("num_blocks", int), ("block_size", int),
-                       ("max_waiting", int), ("max_prefill_tokens", int), ("policy", str),
+                       ("max_waiting", int), ("max_prefill_tokens", int), ("admission", str),
+                       ("policy", str),
                        ("max_queued", int), ("stall_timeout_s", float)):
         g.add_argument(f"--{name.replace('_', '-')}", type=kind, default=unset,
                        help=f"(default: {getattr(d, name)})")

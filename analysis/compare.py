@@ -60,7 +60,8 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
                            f"accepted requests ({', '.join(unrecorded[:5])}): without them "
                            f"the tokens it made, and wasted, are unknown")
     live_series = series_from_steps(steps, result.started_unix)
-    live = Side(result.outcomes, live_series, summarize_replay(result.outcomes, live_series))
+    live = Side(result.outcomes, live_series, summarize_replay(
+        result.outcomes, live_series, **engine_counts(result.stats_before, result.stats_after)))
     log("sim: replaying the same trace on the virtual clock")
     setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)
     simulated = sim_replay(trace, setup)
@@ -68,6 +69,15 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
     write_outcomes(out_dir / "live-outcomes.jsonl", live.outcomes)
     write_outcomes(out_dir / "sim-outcomes.jsonl", sim.outcomes)
     return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info)
+
+
+def engine_counts(before: dict | None, after: dict | None) -> dict[str, int | None]:
+    """Preemptions and recomputed tokens during the replay, from the server's /stats
+    before and after it; None where either is missing."""
+    names = ("preemptions", "recomputed_tokens")
+    if before is None or after is None:
+        return dict.fromkeys(names)
+    return {name: after[name] - before[name] for name in names}
 
 
 def add_engine_view(outcomes: list[RequestOutcome], records: list[dict], prefix: str,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from live.models import EMBEDDED_NAME
+from scheduler import ADMISSION_POLICIES
 
 
 def spare_one_core() -> int:
@@ -35,11 +36,15 @@ class ServeOptions:
     block_size: int = 16
     max_waiting: int = 256
     max_prefill_tokens: int | None = None
+    admission: str = "reserve"
     policy: str = "pause_then_drop"
     max_queued: int = 64
     stall_timeout_s: float = 30.0
 
     def __post_init__(self):
+        if self.admission not in ADMISSION_POLICIES:
+            raise BadServeOptions(f"--admission {self.admission}: known policies are "
+                                  f"{', '.join(sorted(ADMISSION_POLICIES))}")
         if self.gpu_memory_fraction is None:
             return
         if self.device != "cuda":
@@ -56,6 +61,7 @@ class ServeOptions:
         args += ["--num-blocks", str(self.num_blocks)] if self.num_blocks is not None else []
         if self.max_prefill_tokens is not None:
             args += ["--max-prefill-tokens", str(self.max_prefill_tokens)]
+        args += ["--admission", self.admission]
         if self.gpu_memory_fraction is not None:
             args += ["--gpu-memory-fraction", str(self.gpu_memory_fraction)]
         args += ["--eager"] if self.eager else []

@@ -50,6 +50,7 @@ class ServerInfo:
                 "block_size": self.scheduler["block_size"],
                 "max_waiting": self.scheduler["max_waiting"],
                 "max_prefill_tokens": self.scheduler["max_prefill_tokens"],
+                "admission": self.scheduler["admission"],
                 "policy": self.policy["name"],
                 "max_queued": self.streams["max_queued"],
                 "stall_timeout_s": self.streams["stall_timeout_s"]}

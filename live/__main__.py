@@ -5,7 +5,7 @@ import argparse
 import logging
 import sys
 
-from scheduler import BACKLOG_POLICIES
+from scheduler import ADMISSION_POLICIES, BACKLOG_POLICIES
 
 from .loadgen import add_parser as add_replay_parser
 from .serve_config import ServeSettings
@@ -45,6 +45,9 @@ def add_serve_parser(subparsers) -> None:
                    help="waiting requests before new ones get 429")
     p.add_argument("--max-prefill-tokens", type=int, default=d.max_prefill_tokens,
                    help="prompt tokens admitted in one step; none: no budget")
+    p.add_argument("--admission", default=d.admission, choices=sorted(ADMISSION_POLICIES),
+                   help="reserve each request's whole length (default), or hold blocks as "
+                        "tokens are written and preempt the newest when none is free")
     p.add_argument("--keepalive-s", type=float, default=d.keepalive_s,
                    help="a comment on a stream idle this long")
     p.add_argument("--step-log", default=d.step_log, help="also write one JSON line per step here")
@@ -67,7 +70,7 @@ def run_serve(args) -> int:
 
     names = ("model", "device", "dtype", "host", "port", "http2", "policy", "max_queued",
              "stall_timeout_s", "resume_grace_s", "threads", "max_batch", "num_blocks", "kv_cache_mb",
-             "block_size", "max_waiting", "max_prefill_tokens", "keepalive_s", "step_log", "step_ring",
+             "block_size", "max_waiting", "max_prefill_tokens", "admission", "keepalive_s", "step_log", "step_ring",
              "gpu_memory_fraction", "eager", "replay_events",
              "event_padding")
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from scheduler import make_policy
+from scheduler import ADMISSION_POLICIES, make_policy
 from scheduler.backlog import BacklogPolicy
 
 from .step_log import DEFAULT_RING
@@ -35,6 +35,9 @@ class ServeSettings:
     max_prefill_tokens: int | None = None
     """Prompt tokens admitted in one step (a step admits at least one prompt
     whatever its length); None: as many as slots and blocks allow."""
+    admission: str = "reserve"
+    """`reserve` each request's whole length at admission, or `optimistic`: hold
+    blocks as tokens are written and preempt the newest sequence when none is free."""
     step_log: str | None = None
     """Also write every step to this file, as JSON lines."""
     step_ring: int = DEFAULT_RING
@@ -85,6 +88,9 @@ class ServeSettings:
             raise ValueError("gpu_memory_fraction must be in (0, 1]")
         if self.keepalive_s <= 0 or self.stall_timeout_s <= 0:
             raise ValueError("keepalive_s and stall_timeout_s must be positive")
+        if self.admission not in ADMISSION_POLICIES:
+            raise ValueError(f"unknown admission policy {self.admission!r}; known: "
+                             f"{', '.join(sorted(ADMISSION_POLICIES))}")
         if self.resume_grace_s < 0 or self.event_padding < 0:
             raise ValueError("resume_grace_s and event_padding must not be negative")
 

@@ -259,8 +259,8 @@ class Scheduler:
         batch, context = [], 0
         bs, running = self.config.block_size, SeqState.RUNNING
         for seq in list(self._running.values()):
-            if seq.state is not running or not seq.output or seq.id not in self._running:
-                continue  # paused, not prefilled yet, or preempted for an older one
+            if seq.state is not running or not seq.output:
+                continue  # paused, not prefilled yet, or just preempted for an older one
             n = seq.num_tokens
             if n > len(seq.block_table) * bs:
                 if not self._make_room(seq):

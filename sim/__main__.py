@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from scheduler import BACKLOG_POLICIES
+from scheduler import ADMISSION_POLICIES, BACKLOG_POLICIES
 from traces import load_trace
 from traces.load_options import add_load_options, load_options
 from traces.summary import format_summary
@@ -127,7 +127,7 @@ def _about(args, cost: CostModel, settings: dict) -> dict:
 
 _SETTING_OPTIONS = ("policy", "wire", "max_queued", "resume_at", "stall_timeout_s",
                     "max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
-                    "max_prefill_tokens", "request_s", "delivery_s", "disconnect_detect_s",
+                    "max_prefill_tokens", "admission", "request_s", "delivery_s", "disconnect_detect_s",
                     "transport_bytes", "event_padding")
 
 
@@ -150,6 +150,9 @@ def _replay_options(p: argparse.ArgumentParser) -> None:
     for name in ("max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
                  "max_prefill_tokens"):
         engine.add_argument("--" + name.replace("_", "-"), type=int)
+    engine.add_argument("--admission", choices=sorted(ADMISSION_POLICIES),
+                        help="reserve each request's whole length (default), or hold blocks as "
+                             "tokens are written and preempt when none is free (optimistic)")
     outside = p.add_argument_group("outside the engine (sim.overheads.Overheads)")
     for name in ("request_s", "delivery_s", "disconnect_detect_s"):
         outside.add_argument("--" + name.replace("_", "-"), type=float)

@@ -7,10 +7,10 @@ events go to its connection like anyone's, and stay there unread.
 
 Nothing ever queues for an instant reader, so its sequence is never paused: from
 its first token on, every step makes one token for it, and it takes them as the
-steps are delivered. Its token times are therefore a run of the hub's step
-delivery times (`Hub.step_times`), from the step of its first token for as many
-tokens as it took: it notes that step and counts its tokens when its stream ends
-or it leaves, rather than one by one."""
+steps are delivered, until a preemption (optimistic admission) leaves it out of
+some steps. Its token times are therefore runs of the hub's step delivery times
+(`Hub.step_times`): it notes the step and token index where each run starts, and
+turns them into times when its stream ends or it leaves, rather than one by one."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -39,7 +39,7 @@ class SimClient:
 
     __slots__ = ("env", "request", "behaviour", "hub", "request_s", "instant",
                  "leave_after_tokens", "leaves_after_index", "outcome", "stream", "done",
-                 "first_step", "_readable")
+                 "runs", "shift", "taken", "_readable")
 
     def __init__(self, env: simpy.Environment, request: TraceRequest, hub: Hub,
                  overheads: Overheads):
@@ -63,8 +63,13 @@ class SimClient:
         """Set by the hub when the request is accepted."""
         self.done = False
         """Reads nothing more: refused, left, or read the last event."""
-        self.first_step: int | None = None
-        """An instant reader's first token came with this step (see the module)."""
+        self.runs: list[tuple[int, int]] = []
+        """An instant reader's (token index, step) where each run of one token a
+        step begins (see the module)."""
+        self.shift: int | None = None
+        """The current run's step less its token index."""
+        self.taken = 0
+        """Tokens an instant reader has taken."""
         self._readable: simpy.Event | None = None
 
     def run(self):
@@ -104,8 +109,8 @@ class SimClient:
         o = self.outcome
         o.left_s = o.finish_s = self.env.now
         self.done = True
-        if self.instant and self.first_step is not None:
-            self._took_steps(len(self.hub.step_times) - self.first_step)
+        if self.instant and self.runs:
+            self._took_steps(self.taken)
         if self.stream is None:
             o.finish_reason = FinishReason.CANCELLED.value  # never reached the engine
         else:
@@ -150,11 +155,18 @@ class SimClient:
         o.finish_s = now
         self.done = True
 
+    def new_run(self, index: int, step: int) -> None:
+        """Token `index` came with `step`, not the step after the last token's."""
+        self.runs.append((index, step))
+        self.shift = step - index
+
     def _took_steps(self, tokens: int) -> None:
-        """An instant reader's record of the `tokens` it took, one per step from its
-        first token's step on."""
+        """An instant reader's record of the `tokens` it took, one per step within
+        each run."""
         o = self.outcome
-        first = self.first_step
-        o.token_times_s = self.hub.step_times[first:first + tokens]
+        steps, runs = self.hub.step_times, self.runs
+        ends = [index for index, _ in runs[1:]] + [tokens]
+        o.token_times_s = [t for (index, step), end in zip(runs, ends)
+                           for t in steps[step:step + end - index]]
         o.first_token_client_s = o.token_times_s[0]
         o.tokens_read = tokens

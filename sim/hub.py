@@ -69,10 +69,12 @@ class Hub:
     # -- from the engine --------------------------------------------------------
 
     def prefilled(self, prefills: list[Sequence], start: float, end: float) -> None:
-        """Sequences admitted at `start` whose prompt step ended at `end`."""
+        """Sequences admitted at `start` whose prompt step ended at `end`; those
+        re-admitted after preemption were admitted before and keep those times."""
         for seq in prefills:
-            o = self.clients[seq.id].outcome
-            o.admitted_s, o.first_token_engine_s = start, end
+            if len(seq.output) == 1:
+                o = self.clients[seq.id].outcome
+                o.admitted_s, o.first_token_engine_s = start, end
 
     def committed(self, events: list[Event], now: float, step: bool = True) -> None:
         """Book what the engine did at `now`, then deliver the events to the
@@ -111,8 +113,9 @@ class Hub:
                 reader = instant.get(event.seq_id)
                 if reader is not None:
                     index = event.index
-                    if index == 0:
-                        reader.first_step = step_index
+                    if step_index - index != reader.shift:
+                        reader.new_run(index, step_index)
+                    reader.taken = index + 1
                     if index == reader.leaves_after_index:
                         reader.leave()
                     continue

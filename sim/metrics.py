@@ -10,9 +10,10 @@ from .timeseries import TimeSeries
 
 
 def summarize_replay(outcomes: list[RequestOutcome], series: TimeSeries, *,
-                     wasted_tokens: int | None = None) -> Summary:
-    """`wasted_tokens`: the server's own count, when it has one (see `summarize`)."""
-    return summarize(outcomes, tokens_generated=sum(series.tokens), wasted_tokens=wasted_tokens,
+                     preemptions: int | None, recomputed_tokens: int | None) -> Summary:
+    """The outcomes with the engine's series and counts (None where unknown)."""
+    return summarize(outcomes, tokens_generated=sum(series.tokens),
                      peak_running=series.peak("running"), peak_waiting=series.peak("waiting"),
                      peak_paused=series.peak("paused"),
-                     peak_blocks_reserved=series.peak("blocks_reserved"))
+                     peak_blocks_reserved=series.peak("blocks_reserved"),
+                     preemptions=preemptions, recomputed_tokens=recomputed_tokens)

@@ -77,8 +77,10 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
     if stuck:
         raise ReplayNotDrained(f"{len(stuck)} clients never saw their stream end, e.g. {stuck[:5]}")
     outcomes = [c.outcome for c in clients]
-    return Replay(outcomes, series, summarize_replay(outcomes, series), core.summary().step,
-                  hub.events_discarded, time.perf_counter() - started)
+    summary = summarize_replay(outcomes, series, preemptions=core.preemptions,
+                               recomputed_tokens=core.recomputed_tokens)
+    return Replay(outcomes, series, summary, core.summary().step, hub.events_discarded,
+                  time.perf_counter() - started)
 
 
 def _arrivals(env: simpy.Environment, clients: list[SimClient]):

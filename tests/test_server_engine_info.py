@@ -29,7 +29,8 @@ def steps(url: str, **params) -> list[dict]:
 def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
     settings = ServeSettings(model=str(model_dir), max_batch=3, num_blocks=40, block_size=8,
                              max_waiting=9, policy="pause", max_queued=7, resume_grace_s=2.0,
-                             keepalive_s=5.0, step_ring=50, max_prefill_tokens=20)
+                             keepalive_s=5.0, step_ring=50, max_prefill_tokens=20,
+                             admission="optimistic")
     with running_server(settings) as url:
         info = httpx.get(url + "/v1/engine").json()
         assert (info["model"], info["device"], info["dtype"]) == (model_dir.name, "cpu", "float32")
@@ -37,7 +38,7 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
         assert info["torch_threads"] == torch.get_num_threads()
         assert info["scheduler"] == {"num_blocks": 40, "block_size": 8, "max_batch": 3,
                                      "max_waiting": 9, "max_model_len": 256,
-                                     "max_prefill_tokens": 20}
+                                     "max_prefill_tokens": 20, "admission": "optimistic"}
         assert info["policy"] == {"name": "pause", "max_queued": 7, "resume_at": None}
         assert info["streams"] == {"max_queued": 7, "stall_timeout_s": 30.0,
                                    "resume_grace_s": 2.0, "keepalive_s": 5.0,

@@ -4,6 +4,8 @@ it arrives through a reading process. And every accepted or refused request gets
 response headers when the server has it, after the per-request overhead."""
 import random
 
+import pytest
+
 from scheduler import Pause, SchedulerConfig
 from sim import LinearCost, Overheads, ReplaySetup, replay
 from traces.record import Client, LeaveHow, ReadMode, TraceRequest
@@ -28,22 +30,26 @@ def mixed_trace(read: ReadMode, seed: int = 3) -> list[TraceRequest]:
     return trace
 
 
-def setup(max_waiting: int = 1024) -> ReplaySetup:
+def setup(max_waiting: int = 1024, admission: str = "reserve", num_blocks: int = 300) -> ReplaySetup:
     # Steps of uneven length; a delivery delay; room for 6 sequences at once.
-    return ReplaySetup(SchedulerConfig(num_blocks=300, block_size=16, max_batch=6,
-                                       max_waiting=max_waiting),
+    return ReplaySetup(SchedulerConfig(num_blocks=num_blocks, block_size=16, max_batch=6,
+                                       max_waiting=max_waiting, admission=admission),
                        LinearCost(fixed=0.0113, prefill_tokens=3e-5, decode_batch=7e-4),
                        Pause(max_queued=4),
                        Overheads(request_s=0.0031, delivery_s=0.0017, disconnect_detect_s=0.0053))
 
 
-def test_instant_readers_read_as_readers_that_take_each_event_at_once():
-    instant = replay(mixed_trace(ReadMode.INSTANT), setup(max_waiting=12))
+# Optimistic admission on a small pool preempts: an instant reader's tokens then
+# come in runs of consecutive steps with gaps between.
+@pytest.mark.parametrize("admission, num_blocks", [("reserve", 300), ("optimistic", 40)])
+def test_instant_readers_read_as_readers_that_take_each_event_at_once(admission, num_blocks):
+    instant = replay(mixed_trace(ReadMode.INSTANT), setup(12, admission, num_blocks))
     # A per-event reader that never pauses takes each event when it lands.
-    at_once = replay(mixed_trace(ReadMode.PER_EVENT), setup(max_waiting=12))
+    at_once = replay(mixed_trace(ReadMode.PER_EVENT), setup(12, admission, num_blocks))
     outcomes = instant.outcomes
     assert outcomes == at_once.outcomes
     assert instant.series.rows() == at_once.series.rows()
+    assert (instant.summary.preemptions > 0) == (admission == "optimistic")
     # The mix covers what the comparison is for.
     assert sum(o.refused is not None for o in outcomes) > 0
     left = [o for o in outcomes if o.left_s is not None]

@@ -88,9 +88,10 @@ def test_a_replay_with_its_time_series_takes_tokens_and_peaks_from_the_engine():
     series = TimeSeries()
     series.record(1.0, 3, 5, 0, 40, 3)
     series.record(9.0, 1, 0, 2, 12, 1)
-    s = summarize_replay(OUTCOMES, series, wasted_tokens=2)
+    s = summarize_replay(OUTCOMES, series, preemptions=3, recomputed_tokens=70)
     assert (s.peak_running, s.peak_waiting, s.peak_paused, s.peak_blocks_reserved) == (3, 5, 2, 40)
-    assert (s.tokens_generated, s.wasted_tokens) == (4, 2)
+    assert (s.tokens_generated, s.preemptions, s.recomputed_tokens) == (4, 3, 70)
+    assert s.wasted_tokens == sum(o.tokens_after_leave for o in OUTCOMES)
     # the engine's last step at 9.0 is not a client's: the makespan stays 8
     assert (s.makespan_s, s.throughput_tok_s) == (8.0, 0.5)
 

@@ -51,6 +51,10 @@ class Summary:
     peak_waiting: int | None = None
     peak_paused: int | None = None
     peak_blocks_reserved: int | None = None
+    preemptions: int | None = None
+    """Sequences preempted for KV blocks (optimistic admission), from the engine."""
+    recomputed_tokens: int | None = None
+    """Tokens prefilled again for preempted sequences: work done twice."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -59,7 +63,8 @@ class Summary:
 def summarize(outcomes: list[RequestOutcome], *, tokens_generated: int | None = None,
               wasted_tokens: int | None = None, peak_running: int | None = None,
               peak_waiting: int | None = None, peak_paused: int | None = None,
-              peak_blocks_reserved: int | None = None) -> Summary:
+              peak_blocks_reserved: int | None = None, preemptions: int | None = None,
+              recomputed_tokens: int | None = None) -> Summary:
     """The summary of `outcomes`.
 
     The makespan runs from the first arrival to the last moment any client was done
@@ -74,7 +79,7 @@ def summarize(outcomes: list[RequestOutcome], *, tokens_generated: int | None = 
     `wasted_tokens`: the server's count of tokens made after their client left; by
     default the outcomes' own (the simulator's clients know it, live ones do not).
     Throughput is `tokens_generated` over the makespan. The peaks come from the
-    engine's time series and stay None without one."""
+    engine's time series, and the preemptions from its counts; None without them."""
     for name, value in (("tokens_generated", tokens_generated), ("wasted_tokens", wasted_tokens)):
         if value is not None and value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
@@ -103,7 +108,8 @@ def summarize(outcomes: list[RequestOutcome], *, tokens_generated: int | None = 
         wasted_tokens=wasted_tokens, makespan_s=makespan,
         throughput_tok_s=tokens_generated / makespan if makespan > 0 else None,
         peak_running=peak_running, peak_waiting=peak_waiting, peak_paused=peak_paused,
-        peak_blocks_reserved=peak_blocks_reserved)
+        peak_blocks_reserved=peak_blocks_reserved, preemptions=preemptions,
+        recomputed_tokens=recomputed_tokens)
 
 
 def format_summary(summary: Summary) -> str:
