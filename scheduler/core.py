@@ -69,6 +69,8 @@ class Scheduler:
         """Sequences preempted to free blocks (a preempting admission policy only)."""
         self.recomputed_tokens = 0
         """Tokens prefilled again when preempted sequences were re-admitted."""
+        self._preempted: list[Sequence] = []
+        """Sequences preempted while planning the current step."""
 
     # -- wishes: any thread ---------------------------------------------------
 
@@ -116,10 +118,13 @@ class Scheduler:
 
     def plan(self) -> StepPlan:
         finished = self._apply_inbox()
-        preempted = self.preemptions
         decodes, context = self._decode_batch()
+        preempted = ()
+        if self._preempted:
+            preempted = tuple(self._preempted)
+            self._preempted.clear()
         # As vLLM does: a step that had to preempt admits nothing new.
-        prefills = self._admit() if self.preemptions == preempted else []
+        prefills = [] if preempted else self._admit()
         self._steps += 1
         prefill_tokens = prefill_tokens_sq = 0
         for seq in prefills:
@@ -128,7 +133,7 @@ class Scheduler:
             prefill_tokens_sq += n * n
         features = PlanFeatures(len(prefills), prefill_tokens, prefill_tokens_sq, len(decodes),
                                 context)
-        return StepPlan(self._steps, prefills, decodes, finished, features)
+        return StepPlan(self._steps, prefills, decodes, finished, features, preempted)
 
     def commit(self, plan: StepPlan, tokens: list[int],
                ends: dict[str, FinishReason] | None = None) -> list[Event]:
@@ -249,45 +254,52 @@ class Scheduler:
         this step writes, preempting newer sequences for the blocks if the policy
         says so. While the batch holds (see `_batch`), it is the last one with a
         token more each, and only the tables commit found full grow."""
-        full = self._batch_full
-        if self._batch is not None and self.pool.can_reserve(sum(map(self._blocks_short, full))):
+        full, pool, preempts = self._batch_full, self.pool, self.admission.preempts
+        if self._batch is not None and (not full or self._room_for(full)):
             for seq in full:
-                self._grow(seq)
+                if preempts:
+                    self._extend(seq)
+                pool.grow(seq.id, seq.num_tokens)
             full.clear()
             return list(self._batch), self._batch_context
         full.clear()
         batch, context = [], 0
         bs, running = self.config.block_size, SeqState.RUNNING
-        for seq in list(self._running.values()):
+        # a copy only where preemption may take sequences out while it runs
+        for seq in list(self._running.values()) if preempts else self._running.values():
             if seq.state is not running or not seq.output:
                 continue  # paused, not prefilled yet, or just preempted for an older one
             n = seq.num_tokens
             if n > len(seq.block_table) * bs:
-                if not self._make_room(seq):
-                    continue
-                self._grow(seq)
+                if preempts:
+                    if not self._make_room(seq):
+                        continue
+                    self._extend(seq)
+                pool.grow(seq.id, n)
             batch.append(seq)
             context += n
         self._batch, self._batch_context = batch, context
         return list(batch), context
 
+    def _room_for(self, seqs: list[Sequence]) -> bool:
+        """Whether the blocks these sequences' next tokens need are held or free."""
+        return not self.admission.preempts or self.pool.can_reserve(sum(map(self._blocks_short, seqs)))
+
     def _blocks_short(self, seq: Sequence) -> int:
         """Blocks `seq` must take beyond its reservation to write its next token."""
         return max(0, blocks_for(seq.num_tokens, self.config.block_size) - seq.reserved)
 
-    def _grow(self, seq: Sequence) -> None:
+    def _extend(self, seq: Sequence) -> None:
+        """Hold the blocks `seq`'s next token needs beyond its reservation."""
         need = self._blocks_short(seq)
         if need:
             self.pool.extend(seq.id, need)
             seq.reserved += need
-        self.pool.grow(seq.id, seq.num_tokens)
 
     def _make_room(self, seq: Sequence) -> bool:
         """Free blocks for `seq`'s next token by preempting the newest admitted
         sequences; False when `seq` is itself the newest and was preempted."""
         while not self.pool.can_reserve(self._blocks_short(seq)):
-            if not self.admission.preempts:
-                raise InvariantBroken(f"sequence {seq.id!r} outgrew its reservation")
             victim = next(reversed(self._running.values()))
             self._preempt(victim)
             if victim is seq:
@@ -309,6 +321,7 @@ class Scheduler:
         self.inbox.set_waiting(len(self._waiting))
         self._batch = None
         self.preemptions += 1
+        self._preempted.append(seq)
 
     def _admit(self) -> list[Sequence]:
         """Admit in arrival order while a slot and the reservation fit. A paused

@@ -27,13 +27,16 @@ class PlanFeatures:
 class StepPlan:
     """Prefills compute a whole prompt and make the first token; decodes make one
     token each with the context their block table holds. `finished` holds the
-    sequences the inbox ended before this step (cancels): the executor skips them."""
+    sequences the inbox ended before this step (cancels): the executor skips them.
+    `preempted` holds those that lost their blocks for this step's decodes: they
+    make nothing until re-admitted."""
 
     index: int
     prefills: list[Sequence]
     decodes: list[Sequence]
     finished: list[FinishEvent]
     features: PlanFeatures
+    preempted: tuple[Sequence, ...]
 
     @property
     def sequences(self) -> list[Sequence]:

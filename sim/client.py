@@ -39,7 +39,7 @@ class SimClient:
 
     __slots__ = ("env", "request", "behaviour", "hub", "request_s", "instant",
                  "leave_after_tokens", "leaves_after_index", "outcome", "stream", "done",
-                 "runs", "shift", "taken", "_readable")
+                 "runs", "next_run", "run_end", "_readable")
 
     def __init__(self, env: simpy.Environment, request: TraceRequest, hub: Hub,
                  overheads: Overheads):
@@ -66,10 +66,10 @@ class SimClient:
         self.runs: list[tuple[int, int]] = []
         """An instant reader's (token index, step) where each run of one token a
         step begins (see the module)."""
-        self.shift: int | None = None
-        """The current run's step less its token index."""
-        self.taken = 0
-        """Tokens an instant reader has taken."""
+        self.next_run = 0
+        """The index of the token that begins the next run."""
+        self.run_end: int | None = None
+        """Where the last run ended, when its sequence was preempted."""
         self._readable: simpy.Event | None = None
 
     def run(self):
@@ -110,7 +110,9 @@ class SimClient:
         o.left_s = o.finish_s = self.env.now
         self.done = True
         if self.instant and self.runs:
-            self._took_steps(self.taken)
+            index, step = self.runs[-1]
+            taken = index + len(self.hub.step_times) - step
+            self._took_steps(taken if self.run_end is None else min(taken, self.run_end))
         if self.stream is None:
             o.finish_reason = FinishReason.CANCELLED.value  # never reached the engine
         else:
@@ -156,9 +158,14 @@ class SimClient:
         self.done = True
 
     def new_run(self, index: int, step: int) -> None:
-        """Token `index` came with `step`, not the step after the last token's."""
+        """Token `index` came with `step`: a run of one token a step begins."""
         self.runs.append((index, step))
-        self.shift = step - index
+        self.run_end = None
+
+    def preempted(self, tokens: int) -> None:
+        """The sequence lost its blocks after making `tokens`: the run ends there,
+        and the next begins with the token it makes when re-admitted."""
+        self.next_run = self.run_end = tokens
 
     def _took_steps(self, tokens: int) -> None:
         """An instant reader's record of the `tokens` it took, one per step within

@@ -39,6 +39,8 @@ class SimEngine:
                 yield self._sleep()
                 continue
             plan = core.plan()
+            if plan.preempted:
+                hub.preempted(plan.preempted)
             start = env.now
             n = len(plan.prefills) + len(plan.decodes)
             if not n:

@@ -76,6 +76,13 @@ class Hub:
                 o = self.clients[seq.id].outcome
                 o.admitted_s, o.first_token_engine_s = start, end
 
+    def preempted(self, seqs: tuple[Sequence, ...]) -> None:
+        """Sequences that lost their blocks while the engine planned its step."""
+        for seq in seqs:
+            reader = self.instant_readers.get(seq.id)
+            if reader is not None:
+                reader.preempted(len(seq.output))
+
     def committed(self, events: list[Event], now: float, step: bool = True) -> None:
         """Book what the engine did at `now`, then deliver the events to the
         streams once the delivery delay has passed. `step` is False for the final
@@ -113,9 +120,8 @@ class Hub:
                 reader = instant.get(event.seq_id)
                 if reader is not None:
                     index = event.index
-                    if step_index - index != reader.shift:
+                    if index == reader.next_run:
                         reader.new_run(index, step_index)
-                    reader.taken = index + 1
                     if index == reader.leaves_after_index:
                         reader.leave()
                     continue

@@ -80,6 +80,7 @@ def test_a_step_that_preempts_admits_nothing_new():
     core.submit(Request("c", 1, 1))
     plan, _ = step(core)  # a's 9th token needs a third block: b goes
     assert core.preemptions == 1 and [s.id for s in plan.decodes] == ["a"]
+    assert [s.id for s in plan.preempted] == ["b"]
     assert plan.prefills == [] and [s.id for s in core.waiting] == ["b", "c"]
 
 
