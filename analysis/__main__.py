@@ -41,8 +41,7 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
                    help=f"torch threads in the server (default: {d.threads})")
     for name, kind in (("max_batch", int), ("num_blocks", int), ("block_size", int),
                        ("max_waiting", int), ("max_prefill_tokens", int), ("admission", str),
-                       ("policy", str),
-                       ("max_queued", int), ("stall_timeout_s", float)):
+                       ("policy", str), ("max_queued", int), ("stall_timeout_s", float)):
         g.add_argument(f"--{name.replace('_', '-')}", type=kind, default=unset,
                        help=f"(default: {getattr(d, name)})")
     g.add_argument("--gpu-memory-fraction", type=float, default=unset, metavar="F",

@@ -69,10 +69,10 @@ def run_serve(args) -> int:
     from .server import serve
 
     names = ("model", "device", "dtype", "host", "port", "http2", "policy", "max_queued",
-             "stall_timeout_s", "resume_grace_s", "threads", "max_batch", "num_blocks", "kv_cache_mb",
-             "block_size", "max_waiting", "max_prefill_tokens", "admission", "keepalive_s", "step_log", "step_ring",
-             "gpu_memory_fraction", "eager", "replay_events",
-             "event_padding")
+             "stall_timeout_s", "resume_grace_s", "threads", "max_batch", "num_blocks",
+             "kv_cache_mb", "block_size", "max_waiting", "max_prefill_tokens", "admission",
+             "keepalive_s", "step_log", "step_ring", "gpu_memory_fraction", "eager",
+             "replay_events", "event_padding")
     try:
         settings = ServeSettings(**{name: getattr(args, name) for name in names})
     except ValueError as exc:

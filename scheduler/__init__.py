@@ -1,7 +1,7 @@
 """The pure scheduler core: requests, the block pool, admission by reservation
-(whole, or optimistic with preemption),
-step plans, the thread-safe inbox, backlog policies and events. Standard library
-only: the live engine and the simulator both drive it."""
+(whole, or optimistic with preemption), step plans, the thread-safe inbox, backlog
+policies and events. Standard library only: the live engine and the simulator both
+drive it."""
 from .admission import ADMISSION_POLICIES, AdmissionPolicy, Optimistic, ReserveWhole
 from .backlog import (BACKLOG_POLICIES, Backlog, BacklogPolicy, Decision, Drop, Naive,
                       Pause, PauseThenDrop, Unbounded, make_policy)

@@ -59,7 +59,8 @@ class BlockPool:
     def extend(self, seq_id: str, n: int) -> None:
         """Hold `n` blocks more for `seq_id` (a reservation that grows as it writes)."""
         if not self.can_reserve(n):
-            raise InvariantBroken(f"cannot extend {seq_id!r} by {n} blocks: {self.free_blocks} free")
+            raise InvariantBroken(
+                f"cannot extend {seq_id!r} by {n} blocks: {self.free_blocks} free")
         held, table = self._held[seq_id]
         self._held[seq_id] = (held + n, table)
         self._reserved += n

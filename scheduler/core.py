@@ -283,7 +283,8 @@ class Scheduler:
 
     def _room_for(self, seqs: list[Sequence]) -> bool:
         """Whether the blocks these sequences' next tokens need are held or free."""
-        return not self.admission.preempts or self.pool.can_reserve(sum(map(self._blocks_short, seqs)))
+        return (not self.admission.preempts
+                or self.pool.can_reserve(sum(map(self._blocks_short, seqs))))
 
     def _blocks_short(self, seq: Sequence) -> int:
         """Blocks `seq` must take beyond its reservation to write its next token."""

@@ -127,8 +127,8 @@ def _about(args, cost: CostModel, settings: dict) -> dict:
 
 _SETTING_OPTIONS = ("policy", "wire", "max_queued", "resume_at", "stall_timeout_s",
                     "max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
-                    "max_prefill_tokens", "admission", "request_s", "delivery_s", "disconnect_detect_s",
-                    "transport_bytes", "event_padding")
+                    "max_prefill_tokens", "admission", "request_s", "delivery_s",
+                    "disconnect_detect_s", "transport_bytes", "event_padding")
 
 
 def _replay_options(p: argparse.ArgumentParser) -> None:

@@ -23,6 +23,8 @@ def test_the_cpu_default_gives_a_pool_of_blocks():
     assert "--gpu-memory-fraction" not in flags and "--eager" not in flags
     assert "--max-prefill-tokens" not in flags
     assert flag_values(ServeOptions(max_prefill_tokens=512).serve_args())["--max-prefill-tokens"] == "512"
+    assert flags["--admission"] == "reserve"
+    assert flag_values(ServeOptions(admission="optimistic").serve_args())["--admission"] == "optimistic"
 
 
 def test_on_cuda_the_pool_may_be_sized_from_memory_and_graphs_turned_off():
@@ -36,6 +38,7 @@ def test_on_cuda_the_pool_may_be_sized_from_memory_and_graphs_turned_off():
 @pytest.mark.parametrize("options, message", [
     (dict(gpu_memory_fraction=0.5, num_blocks=None), "the device is cpu"),
     (dict(device="cuda", gpu_memory_fraction=0.5), "not both"),
+    (dict(admission="lazy"), "--admission lazy: known policies are optimistic, reserve"),
 ])
 def test_settings_that_cannot_go_together_are_refused(options, message):
     with pytest.raises(BadServeOptions, match=message):
