@@ -43,6 +43,14 @@ class ServerMetrics:
                                      ["status"], registry=r)
         self.wasted_tokens = Counter("twinstep_wasted_tokens",
                                      "Tokens generated after their client left", registry=r)
+        self.preemptions = Counter("twinstep_preemptions",
+                                   "Sequences preempted for KV blocks (optimistic admission)",
+                                   registry=r)
+        self.recomputed_tokens = Counter("twinstep_recomputed_tokens",
+                                         "Tokens prefilled again for preempted sequences",
+                                         registry=r)
+        self._carried = (0, 0)
+        """The core's counts the two counters above have taken."""
         for reason in FinishReason:
             self.finished_total.labels(reason.value)
 
@@ -65,7 +73,11 @@ class ServerMetrics:
         self.wasted_tokens.inc()
 
     def exposition(self, summary: StepSummary, num_blocks: int) -> bytes:
-        """The text format, with the gauges read from the latest step summary."""
+        """The text format, with the gauges read from the latest step summary and
+        the core's own counts carried into their counters."""
+        self.preemptions.inc(summary.preemptions - self._carried[0])
+        self.recomputed_tokens.inc(summary.recomputed_tokens - self._carried[1])
+        self._carried = (summary.preemptions, summary.recomputed_tokens)
         self.running.set(summary.running)
         self.waiting.set(summary.waiting)
         self.paused.set(summary.paused)

@@ -44,9 +44,12 @@ def test_preempted_streams_carry_their_own_tokens_and_the_pool_ends_whole():
         answers = asyncio.run(_streams(url, bodies, leavers))
         after = wait_idle(url)
         records = [json.loads(line) for line in httpx.get(url + "/v1/requests").text.splitlines()]
+        metrics = httpx.get(url + "/metrics").text
 
     # 8 prompts of 15 tokens fit in 32 blocks; 8 whole lengths of 55 tokens need 112
     assert after["preemptions"] > 0 and after["recomputed_tokens"] > 0
+    assert f"twinstep_preemptions_total {after['preemptions']:.1f}" in metrics
+    assert f"twinstep_recomputed_tokens_total {after['recomputed_tokens']:.1f}" in metrics
     for i, (body, (tokens, done)) in enumerate(zip(bodies, answers)):
         alone, _, _ = engine_alone(TOK.encode(body["prompt"]), NEW)
         if i in leavers:
