@@ -45,8 +45,6 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
     out_dir.mkdir(parents=True, exist_ok=True)
     with live_target(server, out_dir / "live-server.log") as target:
         info = target.info
-        for note in info.unmodelled():
-            log(f"note: the server runs with {note}")
         log(f"live: replaying {len(trace)} requests against {target.url}")
         mark, finished_mark = target.last_step(), target.last_request()
         prefix = f"twin-{secrets.token_hex(4)}-"  # another run's names never clash with these

@@ -67,14 +67,8 @@ class ServerInfo:
         return out
 
     def sim_settings(self) -> dict:
-        """Flat settings for `sim.build_setup`: the scheduler's, the policy's and the
-        padding the server adds to every event."""
+        """Flat settings for `sim.build_setup`: the scheduler's, the policy's, the
+        padding the server adds to every event and its resume grace."""
         parameters = {k: v for k, v in self.policy.items() if k != "name"}
         return dict(policy=self.policy["name"], event_padding=self.streams["event_padding"],
-                    **self.scheduler, **parameters)
-
-    def unmodelled(self) -> list[str]:
-        """Settings of this server the simulator does not mirror."""
-        grace = self.streams.get("resume_grace_s", 0)
-        return [f"resume grace {grace} s (the simulator cancels a leaver's stream at once)"
-                ] if grace else []
+                    resume_grace_s=self.streams["resume_grace_s"], **self.scheduler, **parameters)

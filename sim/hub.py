@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 class Hub:
     def __init__(self, env: simpy.Environment, core: Scheduler, policy: BacklogPolicy,
-                 overheads: Overheads, wire: WireFormat, wake: Callable[[], None]):
+                 overheads: Overheads, wire: WireFormat, wake: Callable[[], None], *,
+                 resume_grace_s: float = 0.0):
         self.env = env
         self.core = core
         self.policy = policy
@@ -37,6 +38,7 @@ class Hub:
         self.final_bytes = wire.final_bytes
         self.wake = wake
         """Wakes the engine loop if it sleeps: every wish goes with one."""
+        self.resume_grace_s = resume_grace_s
         self.engine_waits = policy.engine_waits
         self.clients: dict[str, SimClient] = {}
         self.backlogged: dict[SimClient, None] = {}
@@ -173,14 +175,25 @@ class Hub:
 
     def _disconnected(self, client: SimClient) -> None:
         """The server notices the client has gone: it drops what it had not sent and,
-        if the sequence is still going, cancels it."""
+        if the sequence is still going, cancels it, or with a resume grace pauses it
+        and cancels it when the grace runs out."""
         stream = client.stream
         stream.discard_queue()
         self._unbacklog(client)
         if not stream.closed:
             stream.closed = True
-            self.core.cancel(client.request.id)
+            seq_id = client.request.id
+            if self.resume_grace_s:
+                self.core.pause(seq_id)
+                self.env.timeout(self.resume_grace_s).callbacks.append(
+                    lambda _: self._grace_over(seq_id))
+            else:
+                self.core.cancel(seq_id)
             self.wake()
+
+    def _grace_over(self, seq_id: str) -> None:
+        self.core.cancel(seq_id)  # harmless if it finished meanwhile
+        self.wake()
 
     def _decide(self, client: SimClient, now: float) -> None:
         """Apply the policy to one stream. A closed stream has nothing left to

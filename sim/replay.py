@@ -61,7 +61,8 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
     core = Scheduler(setup.config)
     series = TimeSeries()
     engine = SimEngine(env, core, setup.cost, series)
-    hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake)
+    hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake,
+              resume_grace_s=setup.resume_grace_s)
     clients = [SimClient(env, r, hub, setup.overheads) for r in trace]
     arriving = sorted(clients, key=lambda c: c.request.arrival_s)
     env.process(_arrivals(env, arriving))

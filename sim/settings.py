@@ -18,21 +18,29 @@ class ReplaySetup:
     policy: BacklogPolicy = field(default_factory=Unbounded)
     overheads: Overheads = field(default_factory=Overheads)
     wire: WireFormat = WIRE_FORMATS["twinstep"]
+    resume_grace_s: float = 0.0
+    """The server's resume grace: a stream whose client left stays paused this long
+    (its slot and blocks held) before it is cancelled. No client of a trace comes
+    back, so the grace only ever runs out."""
+
+    def __post_init__(self):
+        if self.resume_grace_s < 0:
+            raise ValueError("resume_grace_s must be >= 0")
 
 
 CONFIG_SETTINGS = tuple(f.name for f in fields(SchedulerConfig))
 OVERHEAD_SETTINGS = tuple(f.name for f in fields(Overheads))
 POLICY_SETTINGS = tuple(sorted({f for cls in BACKLOG_POLICIES.values()
                                 for f in getattr(cls, "__dataclass_fields__", {})}))
-SETTINGS = ("policy", "wire", "event_padding") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
+SETTINGS = ("policy", "wire", "event_padding", "resume_grace_s") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
 
 
 def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twinstep",
-                event_padding: int = 0, **settings) -> ReplaySetup:
+                event_padding: int = 0, resume_grace_s: float = 0.0, **settings) -> ReplaySetup:
     """`settings` are SchedulerConfig fields, Overheads fields and backlog policy
     parameters, by name; a parameter the chosen policy does not take is ignored, so
-    one set of settings serves a sweep over policies. `event_padding`: the
-    server's (see `WireFormat.padded`)."""
+    one set of settings serves a sweep over policies. `event_padding` and
+    `resume_grace_s`: the server's (see `WireFormat.padded`, `ReplaySetup`)."""
     unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
@@ -43,4 +51,5 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
         policy=make_policy(policy, **pick(POLICY_SETTINGS)),
         overheads=Overheads(**pick(OVERHEAD_SETTINGS)),
         wire=wire_format(wire).padded(event_padding),
+        resume_grace_s=resume_grace_s,
     )

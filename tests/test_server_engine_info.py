@@ -8,7 +8,9 @@ import httpx
 import pytest
 import torch
 
+from analysis.server_info import ServerInfo
 from live.serve_config import ServeSettings
+from sim import ConstantCost, build_setup
 
 from analysis_helpers import save_tiny_llama
 from live_server import RawStream, running_server, tiny_app, wait_idle
@@ -45,6 +47,11 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
                                    "replay_events": 256, "event_padding": 0}
         assert info["runner"] == {"gpu_memory_fraction": None, "eager": False}
         assert info["steps"] == {"ring": 50, "last": 0}
+        # the simulator built from it runs the same settings
+        setup = build_setup(ConstantCost(1.0), **ServerInfo.from_json(info).sim_settings())
+        assert (setup.config.num_blocks, setup.config.max_batch, setup.config.admission,
+                setup.config.max_prefill_tokens) == (40, 3, "optimistic", 20)
+        assert (setup.policy.name, setup.policy.max_queued, setup.resume_grace_s) == ("pause", 7, 2.0)
 
         httpx.post(url + "/v1/stream", json={"prompt": "hello", "max_new_tokens": 6})
         wait_idle(url)
