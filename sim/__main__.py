@@ -128,7 +128,8 @@ def _about(args, cost: CostModel, settings: dict) -> dict:
 _SETTING_OPTIONS = ("policy", "wire", "max_queued", "resume_at", "stall_timeout_s",
                     "max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
                     "max_prefill_tokens", "admission", "request_s", "delivery_s",
-                    "disconnect_detect_s", "transport_bytes", "event_padding", "resume_grace_s")
+                    "disconnect_detect_s", "transport_bytes", "event_padding", "resume_grace_s",
+                    "max_tokens_factor")
 
 
 def _replay_options(p: argparse.ArgumentParser) -> None:
@@ -158,6 +159,9 @@ def _replay_options(p: argparse.ArgumentParser) -> None:
         outside.add_argument("--" + name.replace("_", "-"), type=float)
     outside.add_argument("--transport-bytes", type=int)
     outside.add_argument("--wire", default="twinstep", choices=sorted(WIRE_FORMATS))
+    outside.add_argument("--max-tokens-factor", type=float,
+                         help="clients ask for this many times the tokens they get, which "
+                              "whole-length reservation holds (default 1)")
     outside.add_argument("--resume-grace-s", type=float,
                          help="a stream whose client left stays paused this long, as the "
                               "server's --resume-grace-s, before it is cancelled")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import simpy
 
-from scheduler import Scheduler
+from scheduler import FinishReason, Scheduler, StepPlan
 
 from .cost_model import CostModel
 from .hub import Hub
@@ -14,8 +14,11 @@ from .timeseries import TimeSeries
 
 class SimEngine:
     def __init__(self, env: simpy.Environment, core: Scheduler, cost: CostModel,
-                 series: TimeSeries):
+                 series: TimeSeries, stops_early: bool = False):
+        """`stops_early`: requests may ask for more tokens than the model makes
+        before its EOS; each says where in its payload (see `Hub.open`)."""
         self.env = env
+        self.stops_early = stops_early
         self.core = core
         self.cost = cost
         self.series = series
@@ -51,13 +54,23 @@ class SimEngine:
                     yield self._sleep()
                 continue
             yield env.timeout(cost.cost(plan.features))
-            events = core.commit(plan, [0] * n)
+            events = core.commit(plan, [0] * n, self._eos(plan) if self.stops_early else None)
             self._record(n)
             if plan.prefills:
                 hub.prefilled(plan.prefills, start, env.now)
             hub.committed(events, env.now)
             if wait_delivery:
                 yield env.timeout(wait_delivery)
+
+    @staticmethod
+    def _eos(plan: StepPlan) -> dict[str, FinishReason]:
+        """The sequences whose model stops at the token this step makes."""
+        ends = {}
+        for seq in plan.sequences:
+            stop = seq.request.payload
+            if stop is not None and stop < seq.request.max_new_tokens and len(seq.output) + 1 == stop:
+                ends[seq.id] = FinishReason.EOS
+        return ends
 
     def _sleep(self) -> simpy.Event:
         self._wakeup = self.env.event()

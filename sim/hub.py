@@ -23,13 +23,15 @@ from .transport import Stream
 from .wire import WireFormat
 
 if TYPE_CHECKING:
+    from traces import TraceRequest
+
     from .client import SimClient
 
 
 class Hub:
     def __init__(self, env: simpy.Environment, core: Scheduler, policy: BacklogPolicy,
                  overheads: Overheads, wire: WireFormat, wake: Callable[[], None], *,
-                 resume_grace_s: float = 0.0):
+                 resume_grace_s: float = 0.0, max_tokens_factor: float = 1.0):
         self.env = env
         self.core = core
         self.policy = policy
@@ -39,6 +41,7 @@ class Hub:
         self.wake = wake
         """Wakes the engine loop if it sleeps: every wish goes with one."""
         self.resume_grace_s = resume_grace_s
+        self.max_tokens_factor = max_tokens_factor
         self.engine_waits = policy.engine_waits
         self.clients: dict[str, SimClient] = {}
         self.backlogged: dict[SimClient, None] = {}
@@ -61,7 +64,11 @@ class Hub:
     def open(self, client: SimClient) -> None:
         """Submit the client's request; a refusal propagates before the stream opens."""
         r = client.request
-        self.core.submit(Request(r.id, r.prompt_tokens, r.max_new_tokens))
+        if self.max_tokens_factor == 1:
+            self.core.submit(Request(r.id, r.prompt_tokens, r.max_new_tokens))
+        else:
+            # the request asks for more; its payload is where the model will stop
+            self.core.submit(Request(r.id, r.prompt_tokens, self._asked(r), r.max_new_tokens))
         client.stream = Stream(self.overheads.transport_bytes, self.env.now)
         self.clients[r.id] = client
         if client.instant:
@@ -77,6 +84,13 @@ class Hub:
             if len(seq.output) == 1:
                 o = self.clients[seq.id].outcome
                 o.admitted_s, o.first_token_engine_s = start, end
+
+    def _asked(self, r: TraceRequest) -> int:
+        asked = math.ceil(r.max_new_tokens * self.max_tokens_factor)
+        context = self.core.config.max_model_len
+        if context is not None:
+            asked = min(asked, context - r.prompt_tokens)
+        return max(asked, r.max_new_tokens)
 
     def preempted(self, seqs: tuple[Sequence, ...]) -> None:
         """Sequences that lost their blocks while the engine planned its step."""

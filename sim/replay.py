@@ -60,9 +60,10 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
     env = simpy.Environment()
     core = Scheduler(setup.config)
     series = TimeSeries()
-    engine = SimEngine(env, core, setup.cost, series)
+    engine = SimEngine(env, core, setup.cost, series,
+                       stops_early=setup.max_tokens_factor > 1)
     hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake,
-              resume_grace_s=setup.resume_grace_s)
+              resume_grace_s=setup.resume_grace_s, max_tokens_factor=setup.max_tokens_factor)
     clients = [SimClient(env, r, hub, setup.overheads) for r in trace]
     arriving = sorted(clients, key=lambda c: c.request.arrival_s)
     env.process(_arrivals(env, arriving))

@@ -23,24 +23,35 @@ class ReplaySetup:
     (its slot and blocks held) before it is cancelled. No client of a trace comes
     back, so the grace only ever runs out."""
 
+    max_tokens_factor: float = 1.0
+    """Clients ask for this many times the tokens a request of the trace makes
+    (rounded up, within the model's context), as they set max_tokens far above what
+    a model generates before its EOS: reservation holds what they ask, the model
+    stops (eos) where the trace's output ends. 1: they ask for exactly that."""
+
     def __post_init__(self):
         if self.resume_grace_s < 0:
             raise ValueError("resume_grace_s must be >= 0")
+        if self.max_tokens_factor < 1:
+            raise ValueError("max_tokens_factor must be >= 1")
 
 
 CONFIG_SETTINGS = tuple(f.name for f in fields(SchedulerConfig))
 OVERHEAD_SETTINGS = tuple(f.name for f in fields(Overheads))
 POLICY_SETTINGS = tuple(sorted({f for cls in BACKLOG_POLICIES.values()
                                 for f in getattr(cls, "__dataclass_fields__", {})}))
-SETTINGS = ("policy", "wire", "event_padding", "resume_grace_s") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
+SETTINGS = ("policy", "wire", "event_padding", "resume_grace_s",
+            "max_tokens_factor") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
 
 
 def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twinstep",
-                event_padding: int = 0, resume_grace_s: float = 0.0, **settings) -> ReplaySetup:
+                event_padding: int = 0, resume_grace_s: float = 0.0,
+                max_tokens_factor: float = 1.0, **settings) -> ReplaySetup:
     """`settings` are SchedulerConfig fields, Overheads fields and backlog policy
     parameters, by name; a parameter the chosen policy does not take is ignored, so
-    one set of settings serves a sweep over policies. `event_padding` and
-    `resume_grace_s`: the server's (see `WireFormat.padded`, `ReplaySetup`)."""
+    one set of settings serves a sweep over policies. `event_padding`,
+    `resume_grace_s` and `max_tokens_factor`: see `WireFormat.padded` and
+    `ReplaySetup`."""
     unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
@@ -52,4 +63,5 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
         overheads=Overheads(**pick(OVERHEAD_SETTINGS)),
         wire=wire_format(wire).padded(event_padding),
         resume_grace_s=resume_grace_s,
+        max_tokens_factor=max_tokens_factor,
     )
