@@ -1,33 +1,37 @@
-"""`python -m scheduler demo`: drive the core by hand for a few steps and show
-admission by reservation, a cancel, a pause and the pool after the run."""
+"""`python -m scheduler demo [--admission reserve|optimistic]`: drive the core by
+hand for a few steps and show admission (by whole reservation, or optimistic with
+preemption), a cancel, a pause and the pool after the run."""
 from __future__ import annotations
 
 import argparse
 
+from .admission import ADMISSION_POLICIES
 from .core import Scheduler, SchedulerConfig
 from .events import FinishEvent
 from .request import Request
 
 
-def demo() -> int:
-    core = Scheduler(SchedulerConfig(num_blocks=12, block_size=4, max_batch=3))
+def demo(admission: str) -> int:
+    core = Scheduler(SchedulerConfig(num_blocks=7, block_size=4, max_batch=3, admission=admission))
     for i, (prompt, new) in enumerate([(6, 6), (10, 8), (3, 12), (5, 4)]):
         core.submit(Request(f"r{i}", prompt, new))
     wishes = {2: ("pause", "r0"), 4: ("cancel", "r1"), 5: ("resume", "r0")}
     print(f"{'step':>4}  {'prefill':<10} {'decode':<14} {'run':>3} {'wait':>4} {'pause':>5} "
-          f"{'free':>4} {'rsvd':>4}  finished")
+          f"{'free':>4} {'rsvd':>4}  finished, preempted")
     while core.has_work():
         plan = core.plan()
         events = core.commit(plan, [0] * len(plan.sequences))
         s = core.summary()
-        done = ", ".join(f"{e.seq_id}:{e.reason.value}" for e in events if isinstance(e, FinishEvent))
+        done = [f"{e.seq_id}:{e.reason.value}" for e in events if isinstance(e, FinishEvent)]
+        done += [f"{q.id}:preempted" for q in plan.preempted]
         print(f"{plan.index:>4}  {','.join(q.id for q in plan.prefills):<10} "
               f"{','.join(q.id for q in plan.decodes):<14} {s.running:>3} {s.waiting:>4} "
-              f"{s.paused:>5} {s.blocks_free:>4} {s.blocks_reserved:>4}  {done}")
+              f"{s.paused:>5} {s.blocks_free:>4} {s.blocks_reserved:>4}  {', '.join(done)}")
         if plan.index in wishes:
             wish, seq_id = wishes[plan.index]
             getattr(core, wish)(seq_id)
             print(f"      ({wish} {seq_id}: takes effect at the next step)")
+    print(f"preemptions {core.preemptions}, tokens recomputed {core.recomputed_tokens}")
     print(f"pool whole after the run: {core.is_drained()}")
     return 0 if core.is_drained() else 1
 
@@ -35,8 +39,8 @@ def demo() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduler")
     parser.add_argument("command", choices=["demo"])
-    parser.parse_args()
-    return demo()
+    parser.add_argument("--admission", default="reserve", choices=sorted(ADMISSION_POLICIES))
+    return demo(parser.parse_args().admission)
 
 
 if __name__ == "__main__":
