@@ -64,11 +64,8 @@ class Hub:
     def open(self, client: SimClient) -> None:
         """Submit the client's request; a refusal propagates before the stream opens."""
         r = client.request
-        if self.max_tokens_factor == 1:
-            self.core.submit(Request(r.id, r.prompt_tokens, r.max_new_tokens))
-        else:
-            # the request asks for more; its payload is where the model will stop
-            self.core.submit(Request(r.id, r.prompt_tokens, self._asked(r), r.max_new_tokens))
+        # it asks for what max_tokens_factor says; its payload is where the model stops
+        self.core.submit(Request(r.id, r.prompt_tokens, self._asked(r), r.max_new_tokens))
         client.stream = Stream(self.overheads.transport_bytes, self.env.now)
         self.clients[r.id] = client
         if client.instant:
@@ -86,6 +83,7 @@ class Hub:
                 o.admitted_s, o.first_token_engine_s = start, end
 
     def _asked(self, r: TraceRequest) -> int:
+        """The tokens `r` asks for: its output times the factor, within the context."""
         asked = math.ceil(r.max_new_tokens * self.max_tokens_factor)
         context = self.core.config.max_model_len
         if context is not None:
@@ -206,7 +204,8 @@ class Hub:
             self.wake()
 
     def _grace_over(self, seq_id: str) -> None:
-        self.core.cancel(seq_id)  # harmless if it finished meanwhile
+        """No GET came back for the stream: cancel it (harmless if it finished)."""
+        self.core.cancel(seq_id)
         self.wake()
 
     def _decide(self, client: SimClient, now: float) -> None:

@@ -22,7 +22,6 @@ class ReplaySetup:
     """The server's resume grace: a stream whose client left stays paused this long
     (its slot and blocks held) before it is cancelled. No client of a trace comes
     back, so the grace only ever runs out."""
-
     max_tokens_factor: float = 1.0
     """Clients ask for this many times the tokens a request of the trace makes
     (rounded up, within the model's context), as they set max_tokens far above what
