@@ -50,8 +50,8 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
         prefix = f"twin-{secrets.token_hex(4)}-"  # another run's names never clash with these
         result = live_replay(target.url, trace, request_id_prefix=prefix)
         steps = target.steps_after(mark)
-        unrecorded = add_engine_view(result.outcomes, target.requests_after(finished_mark),
-                                     prefix, result.started_unix)
+        records = [r for r in target.requests_after(finished_mark) if r["id"].startswith(prefix)]
+        unrecorded = add_engine_view(result.outcomes, records, prefix, result.started_unix)
     (out_dir / "live-steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     if unrecorded:
         raise RuntimeError(f"the server at {target.url} has no record of {len(unrecorded)} "
@@ -59,7 +59,8 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
                            f"the tokens it made, and wasted, are unknown")
     live_series = series_from_steps(steps, result.started_unix)
     live = Side(result.outcomes, live_series, summarize_replay(
-        result.outcomes, live_series, **engine_counts(result.stats_before, result.stats_after)))
+        result.outcomes, live_series, preemptions=sum(r["preemptions"] for r in records),
+        recomputed_tokens=sum(r["recomputed_tokens"] for r in records)))
     log("sim: replaying the same trace on the virtual clock")
     setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)
     simulated = sim_replay(trace, setup)
@@ -67,15 +68,6 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | 
     write_outcomes(out_dir / "live-outcomes.jsonl", live.outcomes)
     write_outcomes(out_dir / "sim-outcomes.jsonl", sim.outcomes)
     return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info)
-
-
-def engine_counts(before: dict | None, after: dict | None) -> dict[str, int | None]:
-    """Preemptions and recomputed tokens during the replay, from the server's /stats
-    before and after it; None where either is missing."""
-    names = ("preemptions", "recomputed_tokens")
-    if before is None or after is None:
-        return dict.fromkeys(names)
-    return {name: after[name] - before[name] for name in names}
 
 
 def add_engine_view(outcomes: list[RequestOutcome], records: list[dict], prefix: str,

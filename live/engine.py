@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from scheduler import (FinishEvent, FinishReason, Request, Scheduler, SchedulerConfig,
@@ -33,6 +34,9 @@ class Finished:
     completion_tokens: int
     text: str
     """Text held back until the end (an unfinished stop-string prefix)."""
+    preemptions: int = 0
+    recomputed_tokens: int = 0
+    """Tokens prefilled again when it was re-admitted after its preemptions."""
 
 
 EngineEvent = TokenOut | Finished
@@ -51,6 +55,8 @@ class Engine:
         self.eos_token_ids = frozenset(runner.eos_token_ids)
         self._texts: dict[str, TextStream] = {}
         self._prompt_lens: dict[str, int] = {}
+        self._preemptions: Counter[str] = Counter()
+        self._recomputed: Counter[str] = Counter()
         self._epoch = time.perf_counter()
 
     def submit(self, seq_id: str, prompt_ids: list[int], max_new_tokens: int,
@@ -74,9 +80,12 @@ class Engine:
     def step(self) -> list[EngineEvent]:
         start = time.perf_counter()
         plan = self.core.plan()
+        for seq in plan.preempted:
+            self._preemptions[seq.id] += 1
         for seq in plan.prefills:
-            if seq.output:
-                continue  # recomputed after preemption: its text goes on where it was
+            if seq.output:  # recomputed after preemption: its text goes on where it was
+                self._recomputed[seq.id] += seq.num_tokens
+                continue
             payload = seq.request.payload
             self._texts[seq.id] = TextStream(self.tokenizer, payload.prompt_ids, payload.sampling.stop)
             self._prompt_lens[seq.id] = seq.prompt_len
@@ -127,4 +136,5 @@ class Engine:
         text = self._texts.pop(e.seq_id, None)
         self.runner.forget(e.seq_id)
         return Finished(e.seq_id, e.reason, self._prompt_lens.pop(e.seq_id, 0), e.num_generated,
-                        text.flush() if text is not None else "")
+                        text.flush() if text is not None else "",
+                        self._preemptions.pop(e.seq_id, 0), self._recomputed.pop(e.seq_id, 0))

@@ -226,7 +226,7 @@ class Hub:
             else:
                 self.finished_by_reason[e.reason] += 1
                 if stream is not None:  # the engine's count is final only now
-                    self.requests.record(stream, e.reason, e.completion_tokens, arrived)
+                    self.requests.record(stream, e, arrived)
                 if stream is None or stream.ended:
                     self.dropped_events += 1
                     self._active.pop(e.seq_id, None)

@@ -1,19 +1,24 @@
 """Every finished request as the server saw it, which its client cannot know: when
-the engine admitted it and made its first token, how many tokens it made, and how
-many of them after the client had left (wasted work). Kept in a ring that
-`GET /v1/requests` pages through, numbered in the order requests finished."""
+the engine admitted it and made its first token, how many tokens it made, how many
+of them after the client had left (wasted work), and how often it was preempted and
+recomputed. Kept in a ring that `GET /v1/requests` pages through, numbered in the
+order requests finished."""
 from __future__ import annotations
 
-from scheduler import FinishReason
+from typing import TYPE_CHECKING
 
 from .record_ring import RecordRing
 from .stream import Stream
+
+if TYPE_CHECKING:
+    from .engine import Finished
 
 DEFAULT_RING = 100_000
 """Finished requests kept: a few hundred bytes each."""
 
 FIELDS = ("n", "id", "prompt_tokens", "arrival_unix", "admitted_unix", "first_token_unix",
-          "finish_unix", "finish_reason", "completion_tokens", "tokens_after_leave", "left_unix")
+          "finish_unix", "finish_reason", "completion_tokens", "tokens_after_leave", "left_unix",
+          "preemptions", "recomputed_tokens")
 
 
 class RequestLog:
@@ -29,11 +34,12 @@ class RequestLog:
         """The number of the request that finished last; 0 before the first."""
         return self._ring.last
 
-    def record(self, stream: Stream, reason: FinishReason, completion_tokens: int,
-               finished_unix: float) -> None:
+    def record(self, stream: Stream, finished: Finished, finished_unix: float) -> None:
         self._ring.append((self._ring.last + 1, stream.id, stream.prompt_tokens, stream.arrival,
-                           stream.admitted, stream.first_token, finished_unix, reason.value,
-                           completion_tokens, stream.tokens_after_leave, stream.left_unix))
+                           stream.admitted, stream.first_token, finished_unix,
+                           finished.reason.value, finished.completion_tokens,
+                           stream.tokens_after_leave, stream.left_unix, finished.preemptions,
+                           finished.recomputed_tokens))
 
     def after(self, n: int, limit: int | None = None) -> list[dict]:
         """The records of the requests that finished after the `n`th, oldest first,

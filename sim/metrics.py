@@ -10,8 +10,8 @@ from .timeseries import TimeSeries
 
 
 def summarize_replay(outcomes: list[RequestOutcome], series: TimeSeries, *,
-                     preemptions: int | None, recomputed_tokens: int | None) -> Summary:
-    """The outcomes with the engine's series and counts (None where unknown)."""
+                     preemptions: int, recomputed_tokens: int) -> Summary:
+    """The outcomes with the engine's series and counts."""
     return summarize(outcomes, tokens_generated=sum(series.tokens),
                      peak_running=series.peak("running"), peak_waiting=series.peak("waiting"),
                      peak_paused=series.peak("paused"),

@@ -56,6 +56,11 @@ def test_preempted_sequences_make_the_tokens_they_make_alone(family):
         assert texts[rid] == want_text, rid
         assert (finished[rid].reason, finished[rid].completion_tokens) == (FinishReason.LENGTH, NEW)
     assert core.is_drained() and core.pool.reservations == core.pool.releases == 6 + core.preemptions
+    # each request's end says how often it was preempted and what it cost
+    assert sum(f.preemptions for f in finished.values()) == core.preemptions
+    assert sum(f.recomputed_tokens for f in finished.values()) == core.recomputed_tokens
+    assert all(f.recomputed_tokens > len(r[1]) for r in requests()
+               if (f := finished[r[0]]).preemptions)
     assert engine.runner.sampler.generators_held == 0
 
 

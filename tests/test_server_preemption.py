@@ -67,7 +67,10 @@ def test_preempted_streams_carry_their_own_tokens_and_the_pool_ends_whole():
     assert (after["blocks_reserved"], after["running"], after["waiting"]) == (0, 0, 0)
     assert after["finished"]["length"] == len(bodies) - len(leavers)
     assert engine.core.is_drained()
-    # the engine's records keep each request's first admission and first token
+    # the engine's records say which requests were preempted, and keep each
+    # request's first admission and first token
+    assert sum(r["preemptions"] for r in records) == after["preemptions"]
+    assert sum(r["recomputed_tokens"] for r in records) == after["recomputed_tokens"]
     for r in records:
         if r["admitted_unix"] is not None:
             assert r["arrival_unix"] <= r["admitted_unix"] <= r["first_token_unix"] <= r["finish_unix"]
