@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 from scheduler import (FinishEvent, FinishReason, Request, Scheduler, SchedulerConfig,
@@ -55,8 +54,6 @@ class Engine:
         self.eos_token_ids = frozenset(runner.eos_token_ids)
         self._texts: dict[str, TextStream] = {}
         self._prompt_lens: dict[str, int] = {}
-        self._preemptions: Counter[str] = Counter()
-        self._recomputed: Counter[str] = Counter()
         self._epoch = time.perf_counter()
 
     def submit(self, seq_id: str, prompt_ids: list[int], max_new_tokens: int,
@@ -80,12 +77,9 @@ class Engine:
     def step(self) -> list[EngineEvent]:
         start = time.perf_counter()
         plan = self.core.plan()
-        for seq in plan.preempted:
-            self._preemptions[seq.id] += 1
         for seq in plan.prefills:
-            if seq.output:  # recomputed after preemption: its text goes on where it was
-                self._recomputed[seq.id] += seq.num_tokens
-                continue
+            if seq.output:
+                continue  # recomputed after preemption: its text goes on where it was
             payload = seq.request.payload
             self._texts[seq.id] = TextStream(self.tokenizer, payload.prompt_ids, payload.sampling.stop)
             self._prompt_lens[seq.id] = seq.prompt_len
@@ -137,4 +131,4 @@ class Engine:
         self.runner.forget(e.seq_id)
         return Finished(e.seq_id, e.reason, self._prompt_lens.pop(e.seq_id, 0), e.num_generated,
                         text.flush() if text is not None else "",
-                        self._preemptions.pop(e.seq_id, 0), self._recomputed.pop(e.seq_id, 0))
+                        e.preemptions, e.recomputed_tokens)

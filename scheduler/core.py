@@ -321,6 +321,7 @@ class Scheduler:
         self._waiting = {seq.id: seq, **self._waiting}
         self.inbox.set_waiting(len(self._waiting))
         self._batch = None
+        seq.preemptions += 1
         self.preemptions += 1
         self._preempted.append(seq)
 
@@ -354,6 +355,7 @@ class Scheduler:
             seq.state = SeqState.RUNNING
             admitted.append(seq)
             if seq.output:
+                seq.recomputed_tokens += n
                 self.recomputed_tokens += n
             prompt_tokens += n
             slots -= 1
@@ -378,4 +380,5 @@ class Scheduler:
         with self._ids_lock:
             self._live_ids.discard(seq.id)
         self.finished_by_reason[reason] += 1
-        return FinishEvent(seq.id, reason, len(seq.output))
+        return FinishEvent(seq.id, reason, len(seq.output), seq.preemptions,
+                           seq.recomputed_tokens)

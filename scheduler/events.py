@@ -16,6 +16,10 @@ class FinishEvent(NamedTuple):
     seq_id: str
     reason: FinishReason
     num_generated: int
+    preemptions: int = 0
+    """Times the sequence was preempted (optimistic admission)."""
+    recomputed_tokens: int = 0
+    """Tokens prefilled again when it was re-admitted after them."""
 
 
 Event = TokenEvent | FinishEvent

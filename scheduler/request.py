@@ -46,6 +46,9 @@ class Sequence:
     num_tokens: int = 0
     """Prompt and output tokens so far; kept as a field because every step reads it."""
     finish_reason: FinishReason | None = None
+    preemptions: int = 0
+    recomputed_tokens: int = 0
+    """Tokens prefilled again at its re-admissions after preemption."""
 
     def __post_init__(self):
         self.num_tokens = self.request.prompt_len + len(self.output)

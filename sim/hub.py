@@ -78,7 +78,7 @@ class Hub:
         """Sequences admitted at `start` whose prompt step ended at `end`; those
         re-admitted after preemption were admitted before and keep those times."""
         for seq in prefills:
-            if len(seq.output) == 1:
+            if not seq.preemptions:
                 o = self.clients[seq.id].outcome
                 o.admitted_s, o.first_token_engine_s = start, end
 

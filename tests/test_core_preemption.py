@@ -56,6 +56,11 @@ def test_the_newest_is_preempted_recomputed_and_continues_where_it_was():
 
     # re-admissions prefill prompt and output again, and are counted as recomputed
     assert len(readmitted) == core.preemptions
+    ends = [e for e in events if isinstance(e, FinishEvent)]
+    assert sum(e.preemptions for e in ends) == core.preemptions  # each end tells its own
+    assert sum(e.recomputed_tokens for e in ends) == core.recomputed_tokens
+    for e in ends:
+        assert e.preemptions == sum(1 for _, rid, _ in readmitted if rid == e.seq_id)
     assert core.recomputed_tokens == sum(n for _, _, n in readmitted)
     for plan, rid, n in readmitted:
         assert plan.features.prefill_tokens >= n > 4
