@@ -38,7 +38,15 @@ class Finished:
     """Tokens prefilled again when it was re-admitted after its preemptions."""
 
 
-EngineEvent = TokenOut | Finished
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The sequence's first admission: its prefill starts in this step (and with
+    chunked prefill may end several steps later, with its first token)."""
+
+    seq_id: str
+
+
+EngineEvent = Admitted | TokenOut | Finished
 
 
 class Engine:
@@ -55,6 +63,10 @@ class Engine:
         self._texts: dict[str, TextStream] = {}
         self._prompt_lens: dict[str, int] = {}
         self._epoch = time.perf_counter()
+        self.progressed = False
+        """Whether the last step changed anything: computed (a step of prompt chunks
+        alone makes no event), ended or preempted a sequence. When it did not, only
+        a wish can."""
 
     def submit(self, seq_id: str, prompt_ids: list[int], max_new_tokens: int,
                sampling: SamplingParams = SamplingParams()) -> None:
@@ -77,12 +89,13 @@ class Engine:
     def step(self) -> list[EngineEvent]:
         start = time.perf_counter()
         plan = self.core.plan()
-        for seq in plan.prefills:
-            if seq.output:
-                continue  # recomputed after preemption: its text goes on where it was
+        # a recomputed sequence's text goes on where it was
+        admitted = plan.first_admitted
+        for seq in admitted:
             payload = seq.request.payload
             self._texts[seq.id] = TextStream(self.tokenizer, payload.prompt_ids, payload.sampling.stop)
             self._prompt_lens[seq.id] = seq.prompt_len
+        self.progressed = not plan.is_empty or bool(plan.finished or plan.preempted)
         if plan.is_empty:
             return self._convert(self.core.commit(plan, []), {})
         try:
@@ -94,7 +107,8 @@ class Engine:
                 self.core.cancel(seq.id, FinishReason.ERROR)
             return self._convert(plan.finished, {})
         deltas, ends = self._read(plan, tokens)
-        out = self._convert(self.core.commit(plan, tokens, ends), deltas)
+        out: list[EngineEvent] = [Admitted(seq.id) for seq in admitted]
+        out += self._convert(self.core.commit(plan, tokens, ends), deltas)
         self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
                              plan.features, admitted=self.core.num_admitted,
                              waiting=self.core.num_waiting, paused=self.core.num_paused,

@@ -21,7 +21,7 @@ from collections import Counter, OrderedDict
 
 from scheduler import Decision, FinishReason, StepSummary
 
-from .engine import Engine, EngineEvent, TokenOut
+from .engine import Admitted, Engine, EngineEvent, TokenOut
 from .metrics import ServerMetrics
 from .reader_gate import ReaderGate
 from .request_log import RequestLog
@@ -223,6 +223,10 @@ class Hub:
                     self.dropped_events += 1
                     continue
                 self._token(stream, e, step_started, arrived)
+            elif isinstance(e, Admitted):
+                if stream is not None:
+                    stream.admitted = step_started
+                continue
             else:
                 self.finished_by_reason[e.reason] += 1
                 if stream is not None:  # the engine's count is final only now
@@ -241,8 +245,8 @@ class Hub:
 
     def _token(self, stream: Stream, e: TokenOut, step_started: float, arrived: float) -> None:
         if e.index == 0:
-            stream.admitted, stream.first_token = step_started, arrived
-            self.metrics.first_token(arrived - stream.arrival, step_started - stream.arrival)
+            stream.first_token = arrived
+            self.metrics.first_token(arrived - stream.arrival, stream.admitted - stream.arrival)
         else:
             self.metrics.token_gap(arrived - stream.last_token)
         stream.last_token = arrived

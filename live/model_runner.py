@@ -1,5 +1,5 @@
 """Executes the core's step plans with a model over the paged KV cache: prefill the
-admitted prompts, then one batched decode of every running sequence.
+admitted prompts (or their chunks) and decode every running sequence, in one pass.
 
 On CUDA the decode attention is the Triton kernel (`attention.decode_attention_for`)
 and, when asked for, decode-only steps replay CUDA graphs (`cuda_graphs`); the
@@ -14,7 +14,7 @@ from .architectures import build_architecture, kv_layout
 from .attention import ReferenceDecodeAttention, decode_attention_for
 from .kv_cache import PagedKVCache, blocks_for_budget, slot_mapping
 from .models import LoadedModel, eos_token_ids, max_model_len
-from .prefill_attention import PromptSpans, prefill_attention_for
+from .prefill_attention import CachedChunk, PromptSpans, cached_chunk_attention, prefill_attention_for
 from .sampler import Sampler
 
 
@@ -79,33 +79,48 @@ class ModelRunner:
     @torch.inference_mode()
     def forward_logits(self, plan: StepPlan) -> torch.Tensor:
         """Last-position logits `[sequences, vocab]`, in `plan.prefills + plan.decodes` order."""
-        if plan.prefills:
-            return self.prefill(plan.prefills, plan.decodes)
+        if plan.prefills or plan.partials:
+            return self.prefill(plan.prefills, plan.decodes, plan.partials)
         if plan.decodes:
             return self.decode(plan.decodes)
         return torch.empty((0, self.vocab_size), device=self.device)
 
-    def prefill(self, seqs: list[Sequence], decodes: list[Sequence] = ()) -> torch.Tensor:
-        """All prompts packed into one batch, each attending causally to itself, and
-        the step's decodes riding along as rows of the same pass: the weights are read
-        once per step, not once for the prompts and again for the decodes. A sequence
-        re-admitted after preemption has its output prefilled again behind its prompt."""
-        ids, positions, slots, starts, lengths = [], [], [], [], []
-        for seq in seqs:
+    def prefill(self, seqs: list[Sequence], decodes: list[Sequence] = (),
+                partials: list[Sequence] = ()) -> torch.Tensor:
+        """Each sequence's planned chunk (`seq.chunk` tokens from `seq.prefill_start`:
+        the whole prompt unless prefill is chunked) in one packed batch, and the
+        step's decodes riding along as rows of the same pass: the weights are read
+        once per step, not once for the prompts and again for the decodes. A chunk
+        that starts a prompt attends causally to itself; a later one also reads the
+        prompt's earlier tokens from the cache. A sequence re-admitted after
+        preemption has its output prefilled again behind its prompt. Logits for
+        `seqs` (whose chunk ends their prefill) and `decodes`, not for `partials`."""
+        chunks = [*seqs, *partials]
+        # chunks that start their prompt first: their rows form the packed prompts
+        order = sorted(chunks, key=lambda seq: seq.prefill_start > 0)
+        ids, positions, slots, starts, lengths, cached = [], [], [], [], [], []
+        last_row: dict[str, int] = {}
+        for seq in order:
             prompt = seq.request.payload.prompt_ids
             if len(prompt) != seq.prompt_len:
                 raise ValueError(f"sequence {seq.id!r}: {len(prompt)} prompt ids, "
                                  f"prompt_len {seq.prompt_len}")
-            n = seq.num_tokens
-            starts.append(len(ids))
-            lengths.append(n)
-            ids.extend(prompt)
-            ids.extend(seq.output)
-            positions.extend(range(n))
-            slots.extend(slot_mapping(seq.block_table, 0, n, self.block_size))
+            start, n = seq.prefill_start, seq.chunk
+            row = len(ids)
+            if start:
+                cached.append(CachedChunk.build(row, start, n, slot_mapping(
+                    seq.block_table, 0, start + n, self.block_size), self.device))
+            else:
+                starts.append(row)
+                lengths.append(n)
+            ids.extend((prompt + tuple(seq.output))[start:start + n])
+            positions.extend(range(start, start + n))
+            slots.extend(slot_mapping(seq.block_table, start, start + n, self.block_size))
+            last_row[seq.id] = row + n - 1
         prompts = self.prefill_attention.layout(PromptSpans(starts, lengths))
+        fresh = sum(lengths)
         packed = len(ids)
-        last_rows = [s + n - 1 for s, n in zip(starts, lengths)]
+        last_rows = [last_row[seq.id] for seq in seqs]
         context = None
         if decodes:
             d_ids, d_positions, d_slots, tables, lens = self._decode_rows(decodes)
@@ -118,12 +133,13 @@ class ModelRunner:
 
         def attend(layer, q, k, v, scale):
             self.cache.write(layer, slots_t, k, v)
-            out = self.prefill_attention(q[:packed], k[:packed], v[:packed], prompts, scale)
-            if context is None:
-                return out
-            decoded = self.decode_attention(q[packed:], self.cache.keys[layer],
-                                            self.cache.values[layer], context, scale)
-            return torch.cat([out, decoded])
+            k_cache, v_cache = self.cache.keys[layer], self.cache.values[layer]
+            out = [self.prefill_attention(q[:fresh], k[:fresh], v[:fresh], prompts, scale)]
+            out += [cached_chunk_attention(q[chunk.rows], k_cache, v_cache, chunk, scale)
+                    for chunk in cached]
+            if context is not None:
+                out.append(self.decode_attention(q[packed:], k_cache, v_cache, context, scale))
+            return out[0] if len(out) == 1 else torch.cat(out)
 
         return self.arch.forward(self._tensor(ids), self._tensor(positions), attend,
                                  self._tensor(last_rows))

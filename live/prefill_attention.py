@@ -125,3 +125,37 @@ def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
         v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=scale,
         enable_gqa=k.shape[1] != q.shape[1])
     return out[0].transpose(0, 1)
+
+
+@dataclass(frozen=True)
+class CachedChunk:
+    """A chunk of a prompt whose earlier tokens are already in the paged cache:
+    its rows in the packed batch, the cache slots of every token up to its end
+    (its own included, written before attention reads them), and which of those
+    each of its queries sees."""
+
+    rows: slice
+    slots: torch.Tensor
+    mask: torch.Tensor
+
+    @classmethod
+    def build(cls, row: int, start: int, length: int, slots: list[int],
+              device: torch.device) -> CachedChunk:
+        end = start + length
+        positions = torch.arange(end, device=device)
+        mask = positions[None, :] <= positions[start:, None]  # [queries, keys], causal
+        return cls(slice(row, row + length), torch.tensor(slots, dtype=torch.long, device=device),
+                   mask)
+
+
+def cached_chunk_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           chunk: CachedChunk, scale: float) -> torch.Tensor:
+    """The chunk's queries (`[length, heads, head_dim]`) over the prompt so far, read
+    from the cache (`[num_blocks, block_size, kv_heads, head_dim]`) slot by slot."""
+    k = k_cache.flatten(0, 1).index_select(0, chunk.slots)
+    v = v_cache.flatten(0, 1).index_select(0, chunk.slots)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+        v.transpose(0, 1).unsqueeze(0), attn_mask=chunk.mask, scale=scale,
+        enable_gqa=k.shape[1] != q.shape[1])
+    return out[0].transpose(0, 1)

@@ -57,7 +57,7 @@ class StepLoop:
             # newer than the events handed on before it
             if self._after_step is not None:
                 self._after_step()
-            if not events:
+            if not engine.progressed:
                 # nothing could run (all paused, or waiting on a held slot): only a
                 # wish can change that
                 inbox.wait(timeout=1.0)

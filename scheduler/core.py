@@ -25,12 +25,19 @@ class SchedulerConfig:
     max_waiting: int = 1024
     max_model_len: int | None = None
     max_prefill_tokens: int | None = None
-    """Prompt tokens admitted in one step; the first admission of a step ignores it
-    so that a long prompt still runs."""
+    """Prompt tokens prefilled in one step. Without `chunked_prefill` the first
+    admission of a step ignores it, so that a long prompt still runs whole."""
+    chunked_prefill: bool = False
+    """Cut prompts into chunks that fill `max_prefill_tokens`, so that a long prompt
+    is prefilled over several steps beside the decodes instead of stalling them."""
     admission: str = "reserve"
     """The admission policy, by name (`ADMISSION_POLICIES`)."""
 
     def __post_init__(self):
+        if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
+            raise ValueError("max_prefill_tokens must be at least 1")
+        if self.chunked_prefill and self.max_prefill_tokens is None:
+            raise ValueError("chunked prefill needs max_prefill_tokens, the chunk budget of a step")
         if self.admission not in ADMISSION_POLICIES:
             raise ValueError(f"unknown admission policy {self.admission!r}; known: "
                              f"{', '.join(sorted(ADMISSION_POLICIES))}")
@@ -71,6 +78,9 @@ class Scheduler:
         """Tokens prefilled again when preempted sequences were re-admitted."""
         self._preempted: list[Sequence] = []
         """Sequences preempted while planning the current step."""
+        self._prefilling: dict[str, Sequence] = {}
+        """Admitted sequences with chunks of their prompt still to prefill, in
+        admission order."""
 
     # -- wishes: any thread ---------------------------------------------------
 
@@ -123,17 +133,21 @@ class Scheduler:
         if self._preempted:
             preempted = tuple(self._preempted)
             self._preempted.clear()
+        budget = self.config.max_prefill_tokens
+        prefills, partials, budget = self._continue_prefills(budget)
         # As vLLM does: a step that had to preempt admits nothing new.
-        prefills = [] if preempted else self._admit()
+        if not preempted:
+            self._admit(prefills, partials, budget)
         self._steps += 1
         prefill_tokens = prefill_tokens_sq = 0
-        for seq in prefills:
-            n = seq.num_tokens  # the prompt, and a recomputed sequence's output too
-            prefill_tokens += n
-            prefill_tokens_sq += n * n
-        features = PlanFeatures(len(prefills), prefill_tokens, prefill_tokens_sq, len(decodes),
-                                context)
-        return StepPlan(self._steps, prefills, decodes, finished, features, preempted)
+        for seqs in (prefills, partials):
+            for seq in seqs:
+                n = seq.chunk
+                prefill_tokens += n
+                prefill_tokens_sq += n * (seq.prefill_start + n)
+        features = PlanFeatures(len(prefills) + len(partials), prefill_tokens, prefill_tokens_sq,
+                                len(decodes), context)
+        return StepPlan(self._steps, prefills, decodes, finished, features, preempted, partials)
 
     def commit(self, plan: StepPlan, tokens: list[int],
                ends: dict[str, FinishReason] | None = None) -> list[Event]:
@@ -143,8 +157,15 @@ class Scheduler:
         seqs = plan.prefills + plan.decodes
         if len(tokens) != len(seqs):
             raise InvariantBroken(f"step {plan.index}: {len(tokens)} tokens for {len(seqs)} sequences")
+        for seq in plan.partials:
+            seq.prefill_left -= seq.chunk
         if plan.prefills:
             self._batch = None  # the prefilled sequences decode from the next step on
+            prefilling = self._prefilling
+            for seq in plan.prefills:
+                seq.prefill_left = 0
+                if prefilling:
+                    prefilling.pop(seq.id, None)
         self._batch_context += len(plan.decodes)
         finished, bs, full = SeqState.FINISHED, self.config.block_size, self._batch_full
         new_tuple = tuple.__new__
@@ -267,7 +288,7 @@ class Scheduler:
         bs, running = self.config.block_size, SeqState.RUNNING
         # a copy only where preemption may take sequences out while it runs
         for seq in list(self._running.values()) if preempts else self._running.values():
-            if seq.state is not running or not seq.output:
+            if seq.state is not running or seq.prefill_left:
                 continue  # paused, not prefilled yet, or just preempted for an older one
             n = seq.num_tokens
             if n > len(seq.block_table) * bs:
@@ -309,9 +330,13 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         """Release `seq`'s blocks and put it at the head of the queue, its output
-        kept: when re-admitted, its prompt and output are prefilled again."""
+        kept: when re-admitted, its prompt and output are prefilled again (those of
+        its tokens that had been prefilled count as recomputed)."""
         self.pool.release(seq.id)
         seq.reserved = 0
+        seq.lost_tokens = seq.prefill_start
+        seq.prefill_left = 0
+        self._prefilling.pop(seq.id, None)
         del self._running[seq.id]
         if seq.state is SeqState.PAUSED:
             self._paused_admitted -= 1
@@ -325,25 +350,42 @@ class Scheduler:
         self.preemptions += 1
         self._preempted.append(seq)
 
-    def _admit(self) -> list[Sequence]:
-        """Admit in arrival order while a slot and the reservation fit. A paused
-        waiting request is passed over (it is not ready); a ready one that does not
-        fit stops admission, so nothing overtakes it."""
-        admitted: list[Sequence] = []
+    def _continue_prefills(self, budget: int | None):
+        """The next chunk of each admitted, unpaused sequence still prefilling, in
+        admission order, within the step's budget; and the budget left."""
+        prefills: list[Sequence] = []
+        partials: list[Sequence] = []
+        if not self._prefilling:
+            return prefills, partials, budget
+        for seq in self._prefilling.values():
+            if budget <= 0:
+                break
+            if seq.state is SeqState.PAUSED:
+                continue
+            seq.chunk = min(seq.prefill_left, budget)
+            budget -= seq.chunk
+            (prefills if seq.chunk == seq.prefill_left else partials).append(seq)
+        return prefills, partials, budget
+
+    def _admit(self, prefills: list[Sequence], partials: list[Sequence], budget: int | None) -> None:
+        """Admit in arrival order while a slot, the reservation and the step's
+        prefill budget fit, adding each to `prefills` (or to `partials` when only a
+        chunk of it fits). A paused waiting request is passed over (it is not
+        ready); a ready one that does not fit stops admission, so nothing overtakes it."""
         if not self._waiting:
             self.inbox.set_waiting(0)
-            return admitted
-        budget = self.config.max_prefill_tokens
-        prompt_tokens = 0
+            return
+        admitted: list[Sequence] = []
+        chunked = self.config.chunked_prefill
         slots = self.config.max_batch - len(self._running)
         headroom = self.admission.headroom(self.config.num_blocks)
         for seq in self._waiting.values():
-            if slots <= 0:
+            if slots <= 0 or (chunked and budget <= 0):
                 break
             if seq.state is SeqState.PAUSED:
                 continue
             n = seq.num_tokens
-            if budget is not None and admitted and prompt_tokens + n > budget:
+            if budget is not None and not chunked and admitted and n > budget:
                 break
             need = self.admission.reservation(seq, self.config.block_size)
             # headroom only beside others: alone, a request that fits the pool runs
@@ -353,17 +395,23 @@ class Scheduler:
             seq.reserved = need
             self.pool.grow(seq.id, n)
             seq.state = SeqState.RUNNING
+            seq.prefill_left = n
+            seq.chunk = min(n, budget) if chunked else n
+            (prefills if seq.chunk == n else partials).append(seq)
             admitted.append(seq)
-            if seq.output:
-                seq.recomputed_tokens += n
-                self.recomputed_tokens += n
-            prompt_tokens += n
+            if seq.lost_tokens:
+                seq.recomputed_tokens += seq.lost_tokens
+                self.recomputed_tokens += seq.lost_tokens
+                seq.lost_tokens = 0
+            if budget is not None:
+                budget -= seq.chunk
             slots -= 1
         for seq in admitted:
             del self._waiting[seq.id]
             self._running[seq.id] = seq
+            if seq.chunk < seq.prefill_left:
+                self._prefilling[seq.id] = seq
         self.inbox.set_waiting(len(self._waiting))
-        return admitted
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> FinishEvent:
         if seq.state is SeqState.PAUSED:
@@ -371,6 +419,7 @@ class Scheduler:
         if seq.admitted:
             self.pool.release(seq.id)
             del self._running[seq.id]
+            self._prefilling.pop(seq.id, None)
             self._batch = None
         else:
             del self._waiting[seq.id]

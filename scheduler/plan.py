@@ -14,8 +14,11 @@ class PlanFeatures:
     a frozen dataclass takes longer to make than the rest of a small step's plan."""
 
     num_prefills: int
+    """Prompts (or chunks of prompts) prefilled."""
     prefill_tokens: int
     prefill_tokens_sq: int
+    """Each chunk's tokens times the context they attend to (the chunk and the
+    tokens before it): a whole prompt's length squared."""
     decode_batch: int
     context_tokens: int
 
@@ -25,8 +28,10 @@ class PlanFeatures:
 
 @dataclass(slots=True)
 class StepPlan:
-    """Prefills compute a whole prompt and make the first token; decodes make one
-    token each with the context their block table holds. `finished` holds the
+    """Prefills compute the rest of a prompt (`seq.chunk` tokens from
+    `seq.prefill_start`: the whole prompt unless it is chunked) and make the first
+    token; partials compute a chunk of a prompt and make nothing yet; decodes make
+    one token each with the context their block table holds. `finished` holds the
     sequences the inbox ended before this step (cancels): the executor skips them.
     `preempted` holds those that lost their blocks for this step's decodes: they
     make nothing until re-admitted."""
@@ -37,6 +42,7 @@ class StepPlan:
     finished: list[FinishEvent]
     features: PlanFeatures
     preempted: tuple[Sequence, ...]
+    partials: list[Sequence]
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -44,5 +50,16 @@ class StepPlan:
         return self.prefills + self.decodes
 
     @property
+    def chunks(self) -> list[Sequence]:
+        """Every sequence that prefills in this step, those that finish first."""
+        return self.prefills + self.partials
+
+    @property
+    def first_admitted(self) -> list[Sequence]:
+        """The sequences this step admits for the first time (not re-admitted after
+        a preemption); read before `commit`, which moves their chunks on."""
+        return [seq for seq in self.chunks if not seq.preemptions and not seq.prefill_start]
+
+    @property
     def is_empty(self) -> bool:
-        return not self.prefills and not self.decodes
+        return not self.prefills and not self.decodes and not self.partials

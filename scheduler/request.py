@@ -49,6 +49,13 @@ class Sequence:
     preemptions: int = 0
     recomputed_tokens: int = 0
     """Tokens prefilled again at its re-admissions after preemption."""
+    prefill_left: int = 0
+    """Tokens still to prefill before it makes a token: from admission (its prompt,
+    and its output too when it is recomputed) until its last chunk is computed."""
+    chunk: int = 0
+    """Tokens the current step's plan prefills for it."""
+    lost_tokens: int = 0
+    """Tokens whose K/V its last preemption threw away: computed again when re-admitted."""
 
     def __post_init__(self):
         self.num_tokens = self.request.prompt_len + len(self.output)
@@ -60,6 +67,11 @@ class Sequence:
     @property
     def prompt_len(self) -> int:
         return self.request.prompt_len
+
+    @property
+    def prefill_start(self) -> int:
+        """Where the planned chunk begins: the tokens already in the cache."""
+        return self.num_tokens - self.prefill_left
 
     @property
     def admitted(self) -> bool:

@@ -74,13 +74,17 @@ class Hub:
 
     # -- from the engine --------------------------------------------------------
 
-    def prefilled(self, prefills: list[Sequence], start: float, end: float) -> None:
-        """Sequences admitted at `start` whose prompt step ended at `end`; those
-        re-admitted after preemption were admitted before and keep those times."""
+    def admitted(self, seqs: list[Sequence], start: float) -> None:
+        """Sequences first admitted in the step that began at `start`."""
+        for seq in seqs:
+            self.clients[seq.id].outcome.admitted_s = start
+
+    def prefilled(self, prefills: list[Sequence], end: float) -> None:
+        """Sequences whose prefill ended with the step that ended at `end`; those
+        re-admitted after preemption made their first token before and keep its time."""
         for seq in prefills:
             if not seq.preemptions:
-                o = self.clients[seq.id].outcome
-                o.admitted_s, o.first_token_engine_s = start, end
+                self.clients[seq.id].outcome.first_token_engine_s = end
 
     def _asked(self, r: TraceRequest) -> int:
         """The tokens `r` asks for: its output times the factor, within the context."""

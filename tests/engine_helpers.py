@@ -2,7 +2,7 @@
 done, collect each request's tokens and finish."""
 from __future__ import annotations
 
-from live.engine import Engine, Finished, TokenOut
+from live.engine import Admitted, Engine, Finished, TokenOut
 
 
 def run_engine(engine: Engine, arrivals: dict[int, list[tuple]], max_steps: int = 10_000):
@@ -21,7 +21,7 @@ def run_engine(engine: Engine, arrivals: dict[int, list[tuple]], max_steps: int 
             if isinstance(e, TokenOut):
                 tokens.setdefault(e.seq_id, []).append(e.token_id)
                 texts[e.seq_id] = texts.get(e.seq_id, "") + e.text
-            else:
+            elif not isinstance(e, Admitted):
                 assert e.seq_id not in finished
                 finished[e.seq_id] = e
                 texts[e.seq_id] = texts.get(e.seq_id, "") + e.text

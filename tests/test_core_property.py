@@ -18,10 +18,13 @@ ops = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(ops=ops, num_blocks=st.integers(4, 24), block_size=st.integers(1, 8),
-       max_batch=st.integers(1, 6), policy=st.sampled_from(sorted(ADMISSION_POLICIES)))
-def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, max_batch, policy):
+       max_batch=st.integers(1, 6), policy=st.sampled_from(sorted(ADMISSION_POLICIES)),
+       chunk_budget=st.one_of(st.none(), st.integers(1, 16)))
+def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, max_batch, policy,
+                                                  chunk_budget):
     core = make_core(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch,
-                     max_waiting=10, admission=ADMISSION_POLICIES[policy]())
+                     max_waiting=10, admission=ADMISSION_POLICIES[policy](),
+                     max_prefill_tokens=chunk_budget, chunked_prefill=chunk_budget is not None)
     released = []
     original = core.pool.release
     core.pool.release = lambda seq_id: (released.append(seq_id), original(seq_id))[1]
@@ -30,11 +33,18 @@ def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, m
 
     def do_step(stop_at):
         plan = core.plan()
-        admitted_order.extend(s.id for s in plan.prefills)
-        for s in plan.sequences:
+        admitted_order.extend(s.id for s in plan.chunks if not s.prefill_start)
+        for s in plan.sequences + plan.partials:
             assert s.state is SeqState.RUNNING
             assert len(s.block_table) * block_size >= s.num_tokens
             assert len(s.block_table) <= s.reserved
+        for s in plan.prefills:
+            assert s.chunk == s.prefill_left > 0
+        for s in plan.partials:
+            assert 0 < s.chunk < s.prefill_left
+        assert all(not s.prefill_left for s in plan.decodes)
+        if chunk_budget is not None:
+            assert plan.features.prefill_tokens == sum(s.chunk for s in plan.chunks) <= chunk_budget
         ends = {s.id: FinishReason.STOP for s in plan.sequences if int(s.id[1:]) in stop_at}
         for e in core.commit(plan, [7] * len(plan.sequences), ends):
             if isinstance(e, FinishEvent):

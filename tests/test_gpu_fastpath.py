@@ -14,7 +14,7 @@ import torch
 
 from live import cuda_graphs, model_runner
 from live.attention import ReferenceDecodeAttention
-from live.engine import Engine, TokenOut
+from live.engine import Engine, Finished, TokenOut
 from live.prefill_attention import PaddedPrefill
 from live.model_runner import ModelRunner
 from scheduler import FinishReason, Scheduler, SchedulerConfig
@@ -209,7 +209,7 @@ def test_pool_whole_after_a_fast_path_run_with_cancels_and_pauses(fast_device):
         for e in engine.step():
             if isinstance(e, TokenOut):
                 tokens.setdefault(e.seq_id, []).append(e.token_id)
-            else:
+            elif isinstance(e, Finished):
                 finished[e.seq_id] = e
         device_s.append(runner.last_device_s)
     assert engine.core.is_drained()

@@ -62,9 +62,10 @@ def request(seq_id: str, prompt_ids, max_new_tokens: int, **sampling) -> Request
                    GenerationInput(tuple(prompt_ids), SamplingParams(**sampling)))
 
 
-def make(model, block_size: int = 4, num_blocks: int = 64, max_batch: int = 8):
+def make(model, block_size: int = 4, num_blocks: int = 64, max_batch: int = 8, **scheduling):
+    """`scheduling`: other `SchedulerConfig` fields (chunked prefill, admission)."""
     core = Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=block_size,
-                                     max_batch=max_batch))
+                                     max_batch=max_batch, **scheduling))
     runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size)
     return core, runner
 
