@@ -47,6 +47,9 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-memory-fraction", type=float, default=unset, metavar="F",
                    help="on CUDA: size the KV pool from this share of the GPU's memory, "
                         "instead of --num-blocks")
+    g.add_argument("--chunked-prefill", action="store_true", default=unset,
+                   help="cut prompts into chunks of --max-prefill-tokens, prefilled a step at a "
+                        "time beside the decodes")
     g.add_argument("--eager", action="store_true", default=unset,
                    help="on CUDA: decode eagerly rather than from CUDA graphs")
     p.add_argument("--out", type=Path, default=Path("runs/twin"), help="where reports go")

@@ -36,12 +36,16 @@ class ServeOptions:
     block_size: int = 16
     max_waiting: int = 256
     max_prefill_tokens: int | None = None
+    chunked_prefill: bool = False
     admission: str = "reserve"
     policy: str = "pause_then_drop"
     max_queued: int = 64
     stall_timeout_s: float = 30.0
 
     def __post_init__(self):
+        if self.chunked_prefill and self.max_prefill_tokens is None:
+            raise BadServeOptions("--chunked-prefill cuts prompts into chunks of "
+                                  "--max-prefill-tokens; give that too")
         if self.admission not in ADMISSION_POLICIES:
             raise BadServeOptions(f"--admission {self.admission}: known policies are "
                                   f"{', '.join(sorted(ADMISSION_POLICIES))}")
@@ -61,6 +65,7 @@ class ServeOptions:
         args += ["--num-blocks", str(self.num_blocks)] if self.num_blocks is not None else []
         if self.max_prefill_tokens is not None:
             args += ["--max-prefill-tokens", str(self.max_prefill_tokens)]
+        args += ["--chunked-prefill"] if self.chunked_prefill else []
         args += ["--admission", self.admission]
         if self.gpu_memory_fraction is not None:
             args += ["--gpu-memory-fraction", str(self.gpu_memory_fraction)]

@@ -50,6 +50,7 @@ class ServerInfo:
                 "block_size": self.scheduler["block_size"],
                 "max_waiting": self.scheduler["max_waiting"],
                 "max_prefill_tokens": self.scheduler["max_prefill_tokens"],
+                "chunked_prefill": self.scheduler["chunked_prefill"],
                 "admission": self.scheduler["admission"],
                 "policy": self.policy["name"],
                 "max_queued": self.streams["max_queued"],

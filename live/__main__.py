@@ -44,7 +44,10 @@ def add_serve_parser(subparsers) -> None:
     p.add_argument("--max-waiting", type=int, default=d.max_waiting,
                    help="waiting requests before new ones get 429")
     p.add_argument("--max-prefill-tokens", type=int, default=d.max_prefill_tokens,
-                   help="prompt tokens admitted in one step; none: no budget")
+                   help="prompt tokens prefilled in one step; none: no budget")
+    p.add_argument("--chunked-prefill", action="store_true", default=d.chunked_prefill,
+                   help="cut prompts into chunks of --max-prefill-tokens, prefilled a step at "
+                        "a time beside the decodes")
     p.add_argument("--admission", default=d.admission, choices=sorted(ADMISSION_POLICIES),
                    help="reserve each request's whole length (default), or hold blocks as "
                         "tokens are written and preempt the newest when none is free")
@@ -70,8 +73,8 @@ def run_serve(args) -> int:
 
     names = ("model", "device", "dtype", "host", "port", "http2", "policy", "max_queued",
              "stall_timeout_s", "resume_grace_s", "threads", "max_batch", "num_blocks",
-             "kv_cache_mb", "block_size", "max_waiting", "max_prefill_tokens", "admission",
-             "keepalive_s", "step_log", "step_ring", "gpu_memory_fraction", "eager",
+             "kv_cache_mb", "block_size", "max_waiting", "max_prefill_tokens",
+             "chunked_prefill", "admission", "keepalive_s", "step_log", "step_ring", "gpu_memory_fraction", "eager",
              "replay_events", "event_padding")
     try:
         settings = ServeSettings(**{name: getattr(args, name) for name in names})

@@ -33,8 +33,11 @@ class ServeSettings:
     block_size: int = 16
     max_waiting: int = 256
     max_prefill_tokens: int | None = None
-    """Prompt tokens admitted in one step (a step admits at least one prompt
-    whatever its length); None: as many as slots and blocks allow."""
+    """Prompt tokens prefilled in one step (without chunked prefill a step admits
+    at least one prompt whatever its length); None: as many as slots and blocks allow."""
+    chunked_prefill: bool = False
+    """Cut prompts into chunks that fill `max_prefill_tokens`, prefilled a step at a
+    time beside the decodes."""
     admission: str = "reserve"
     """`reserve` each request's whole length at admission, or `optimistic`: hold
     blocks as tokens are written and preempt the newest sequence when none is free."""
@@ -88,6 +91,8 @@ class ServeSettings:
             raise ValueError("gpu_memory_fraction must be in (0, 1]")
         if self.keepalive_s <= 0 or self.stall_timeout_s <= 0:
             raise ValueError("keepalive_s and stall_timeout_s must be positive")
+        if self.chunked_prefill and self.max_prefill_tokens is None:
+            raise ValueError("chunked prefill needs max_prefill_tokens, the chunk budget of a step")
         if self.admission not in ADMISSION_POLICIES:
             raise ValueError(f"unknown admission policy {self.admission!r}; known: "
                              f"{', '.join(sorted(ADMISSION_POLICIES))}")

@@ -439,6 +439,7 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
     config = SchedulerConfig(num_blocks=num_blocks, block_size=settings.block_size,
                              max_batch=settings.max_batch, max_waiting=settings.max_waiting,
                              max_prefill_tokens=settings.max_prefill_tokens,
+                             chunked_prefill=settings.chunked_prefill,
                              admission=settings.admission, max_model_len=loaded.max_model_len)
     engine = Engine(runner, loaded.tokenizer, config, step_log)
     return engine, ServedModel(loaded.name, loaded.tokenizer, loaded.max_model_len,

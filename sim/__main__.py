@@ -127,7 +127,7 @@ def _about(args, cost: CostModel, settings: dict) -> dict:
 
 _SETTING_OPTIONS = ("policy", "wire", "max_queued", "resume_at", "stall_timeout_s",
                     "max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
-                    "max_prefill_tokens", "admission", "request_s", "delivery_s",
+                    "max_prefill_tokens", "chunked_prefill", "admission", "request_s", "delivery_s",
                     "disconnect_detect_s", "transport_bytes", "event_padding", "resume_grace_s",
                     "max_tokens_factor")
 
@@ -151,6 +151,9 @@ def _replay_options(p: argparse.ArgumentParser) -> None:
     for name in ("max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
                  "max_prefill_tokens"):
         engine.add_argument("--" + name.replace("_", "-"), type=int)
+    engine.add_argument("--chunked-prefill", action="store_true", default=None,
+                        help="cut prompts into chunks of --max-prefill-tokens, prefilled a step "
+                             "at a time beside the decodes")
     engine.add_argument("--admission", choices=sorted(ADMISSION_POLICIES),
                         help="reserve each request's whole length (default), or hold blocks as "
                              "tokens are written and preempt when none is free (optimistic)")

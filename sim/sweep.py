@@ -42,7 +42,8 @@ class Case:
 
 
 def parse_param(text: str) -> tuple[str, list]:
-    """`name=v1,v2,...`; each value is read as an int, else a float, else a string."""
+    """`name=v1,v2,...`; each value is read as a bool (`true`, `false`), else an
+    int, else a float, else a string."""
     name, sep, values = text.partition("=")
     if not sep or not name or not values:
         raise ValueError(f"a sweep parameter is name=v1,v2,...; got {text!r}")
@@ -179,6 +180,8 @@ def write_sweep(out: Path, rows: list[Row], about: dict) -> list[Path]:
 
 
 def _value(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for kind in (int, float):
         try:
             return kind(text)

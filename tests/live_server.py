@@ -107,9 +107,9 @@ TOY_CONTEXT = 256
 
 def tiny_engine(model=None, *, num_blocks: int = 128, block_size: int = 4, max_batch: int = 8,
                 max_waiting: int = 64, eos: frozenset[int] = frozenset(),
-                runner_wrapper=None, admission: str = "reserve") -> tuple[Engine, ServedModel]:
+                runner_wrapper=None, **scheduling) -> tuple[Engine, ServedModel]:
     """An engine on a tiny random Llama (or `model`) with the toy tokenizer; `eos`
-    makes those ids end a generation."""
+    makes those ids end a generation; `scheduling`: other `SchedulerConfig` fields."""
     model = model if model is not None else tiny_llama()
     runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size)
     runner.eos_token_ids = frozenset(eos)
@@ -117,8 +117,7 @@ def tiny_engine(model=None, *, num_blocks: int = 128, block_size: int = 4, max_b
         runner = runner_wrapper(runner)
     tokenizer = ToyTokenizer()
     config = SchedulerConfig(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch,
-                             max_waiting=max_waiting, max_model_len=TOY_CONTEXT,
-                             admission=admission)
+                             max_waiting=max_waiting, max_model_len=TOY_CONTEXT, **scheduling)
     return (Engine(runner, tokenizer, config),
             ServedModel(TOY_NAME, tokenizer, TOY_CONTEXT, model.config.vocab_size))
 

@@ -25,6 +25,9 @@ def test_the_cpu_default_gives_a_pool_of_blocks():
     assert flag_values(ServeOptions(max_prefill_tokens=512).serve_args())["--max-prefill-tokens"] == "512"
     assert flags["--admission"] == "reserve"
     assert flag_values(ServeOptions(admission="optimistic").serve_args())["--admission"] == "optimistic"
+    assert "--chunked-prefill" not in flags
+    chunked = flag_values(ServeOptions(max_prefill_tokens=64, chunked_prefill=True).serve_args())
+    assert "--chunked-prefill" in chunked and chunked["--max-prefill-tokens"] == "64"
 
 
 def test_on_cuda_the_pool_may_be_sized_from_memory_and_graphs_turned_off():
@@ -39,6 +42,7 @@ def test_on_cuda_the_pool_may_be_sized_from_memory_and_graphs_turned_off():
     (dict(gpu_memory_fraction=0.5, num_blocks=None), "the device is cpu"),
     (dict(device="cuda", gpu_memory_fraction=0.5), "not both"),
     (dict(admission="lazy"), "--admission lazy: known policies are optimistic, reserve"),
+    (dict(chunked_prefill=True), "chunks of --max-prefill-tokens; give that too"),
 ])
 def test_settings_that_cannot_go_together_are_refused(options, message):
     with pytest.raises(BadServeOptions, match=message):

@@ -182,6 +182,18 @@ def test_preempted_sequences_recompute_to_the_same_greedy_tokens(fast_device):
     assert core.preemptions >= 1 and core.recomputed_tokens > 0 and core.is_drained()
 
 
+def test_chunked_prefill_makes_the_greedy_tokens_of_whole_prompts(fast_device):
+    # chunks of 16: d's 70-token prompt continues from the cache four times, beside
+    # the others' decodes and first chunks
+    runner = ModelRunner(FAMILIES["llama-group-3"](), NUM_BLOCKS, 4, fast_device, torch.float32,
+                         cuda_graph_max_batch=GRAPH_BATCH)
+    alone, _ = greedy_alone_and_together(runner, 4)
+    core = Scheduler(SchedulerConfig(num_blocks=NUM_BLOCKS, block_size=4, max_batch=8,
+                                     max_prefill_tokens=16, chunked_prefill=True))
+    assert drive(core, runner, arrivals()) == alone
+    assert core.is_drained()
+
+
 class ByteTokenizer:
     def decode(self, ids, skip_special_tokens=True):
         return "".join(chr(65 + i % 26) for i in ids)
