@@ -9,5 +9,5 @@ def series_from_steps(steps: list[dict], started_unix: float) -> TimeSeries:
     series = TimeSeries()
     for s in steps:
         series.record(s["start_unix"] + s["duration_s"] - started_unix, s["admitted"] - s["paused"],
-                      s["waiting"], s["paused"], s["blocks_reserved"], s["num_prefills"] + s["decode_batch"])
+                      s["waiting"], s["paused"], s["blocks_reserved"], s["tokens"])
     return series

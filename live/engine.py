@@ -110,7 +110,7 @@ class Engine:
         out: list[EngineEvent] = [Admitted(seq.id) for seq in admitted]
         out += self._convert(self.core.commit(plan, tokens, ends), deltas)
         self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
-                             plan.features, admitted=self.core.num_admitted,
+                             plan.features, tokens=len(tokens), admitted=self.core.num_admitted,
                              waiting=self.core.num_waiting, paused=self.core.num_paused,
                              blocks_reserved=self.core.pool.reserved_blocks,
                              device_s=getattr(self.runner, "last_device_s", None))

@@ -44,13 +44,14 @@ class StepLog:
         return self._ring.last
 
     def record(self, step: int, start_s: float, duration_s: float, features: PlanFeatures, *,
-               admitted: int, waiting: int, paused: int, blocks_reserved: int,
+               tokens: int, admitted: int, waiting: int, paused: int, blocks_reserved: int,
                device_s: float | None = None) -> None:
         """`start_s` is on the engine's own clock; the record's `start_unix` lines it
-        up with clients. The counts are the core's queue sizes after the step.
+        up with clients. `tokens`: those the step made (a chunk that does not end its
+        prompt makes none). The counts are the core's queue sizes after the step.
         `device_s`: the step's time on the GPU, where the runner measures it."""
         entry = (step, start_s, duration_s, time.time() - duration_s, _feature_values(features),
-                 admitted, waiting, paused, blocks_reserved, device_s)
+                 tokens, admitted, waiting, paused, blocks_reserved, device_s)
         self._ring.append(entry)
         with self._lock:
             if self._file is not None:
@@ -62,11 +63,11 @@ class StepLog:
         return [self._as_record(e) for e in self._ring.after(step, limit)]
 
     def _as_record(self, entry: tuple) -> dict:
-        (step, start_s, duration_s, start_unix, features, admitted, waiting, paused, reserved,
-         device_s) = entry
+        (step, start_s, duration_s, start_unix, features, tokens, admitted, waiting, paused,
+         reserved, device_s) = entry
         record = {"step": step, "start_s": round(start_s, 6), "duration_s": round(duration_s, 7),
                   "start_unix": round(start_unix, 6), **dict(zip(FEATURE_NAMES, features)),
-                  "admitted": admitted, "waiting": waiting, "paused": paused,
+                  "tokens": tokens, "admitted": admitted, "waiting": waiting, "paused": paused,
                   "blocks_reserved": reserved, "device": self._device, **self._meta}
         if device_s is not None:
             record["device_s"] = round(device_s, 7)

@@ -68,6 +68,7 @@ def test_step_log_records_every_executed_step(engine):
     assert [(line["num_prefills"], line["prefill_tokens"], line["decode_batch"]) for line in lines[:4]] == [
         (1, 3, 0), (0, 0, 1), (1, 6, 1), (0, 0, 2)]
     assert lines[3]["context_tokens"] == (3 + 3) + (6 + 1)
+    assert sum(line["tokens"] for line in lines) == 5 + 3
     assert all(line["duration_s"] > 0 and line["device"] == "cpu" and line["model"] == "tiny-llama"
                for line in lines)
     assert not any("device_s" in line for line in lines)  # measured on CUDA only

@@ -45,6 +45,9 @@ def test_long_prompts_stream_the_tokens_an_unchunked_engine_makes():
     prefilled = [s["prefill_tokens"] for s in steps]
     assert max(prefilled) == BUDGET
     assert sum(prefilled) == sum(len(p) for p in prompts)
+    # a chunk that does not end its prompt makes no token
+    assert sum(s["tokens"] for s in steps) == len(prompts) * NEW
+    assert any(s["num_prefills"] and not s["tokens"] for s in steps)
     # chunks ran beside decodes
     assert any(s["prefill_tokens"] and s["decode_batch"] for s in steps)
     assert (after["blocks_reserved"], after["running"], after["waiting"]) == (0, 0, 0)
