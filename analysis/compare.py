@@ -86,7 +86,10 @@ def add_engine_view(outcomes: list[RequestOutcome], records: list[dict], prefix:
             continue
         o.tokens_generated = record["completion_tokens"]
         o.tokens_after_leave = record["tokens_after_leave"]
+        # a request may be admitted and end before its first token (a client
+        # leaving during a chunked prefill)
         if record["admitted_unix"] is not None:
             o.admitted_s = record["admitted_unix"] - started_unix
+        if record["first_token_unix"] is not None:
             o.first_token_engine_s = record["first_token_unix"] - started_unix
     return unrecorded

@@ -22,23 +22,28 @@ def record(n: int, rid: str, **fields) -> dict:
 
 def test_records_of_this_run_fill_in_the_engine_view():
     outcomes = [RequestOutcome("a", 0.1, 4, 8), RequestOutcome("b", 0.1, 4, 8, left_s=0.5),
-                RequestOutcome("c", 0.1, 4, 8, refused="429 waiting queue full")]
+                RequestOutcome("c", 0.1, 4, 8, refused="429 waiting queue full"),
+                RequestOutcome("d", 0.1, 40, 8, left_s=0.4)]
     records = [
         record(1, PREFIX + "a"),
         record(2, PREFIX + "b", finish_reason="cancelled", admitted_unix=None,
                first_token_unix=None, completion_tokens=5, tokens_after_leave=2,
                left_unix=STARTED + 0.5),
+        # admitted, and gone before its first token (its prompt was prefilled in chunks)
+        record(5, PREFIX + "d", finish_reason="cancelled", first_token_unix=None,
+               completion_tokens=0, left_unix=STARTED + 0.4),
         # the same trace id sent by another run or client: not this run's
         record(3, "twin-ffffffff-a", completion_tokens=99, tokens_after_leave=7),
         record(4, "a", completion_tokens=99, tokens_after_leave=7),
     ]
     assert add_engine_view(outcomes, records, PREFIX, STARTED) == []
-    a, b, c = outcomes
+    a, b, c, d = outcomes
     assert (a.tokens_generated, a.tokens_after_leave) == (8, 0)
     assert (a.admitted_s, a.first_token_engine_s) == pytest.approx((0.2, 0.3))
     assert (b.tokens_generated, b.tokens_after_leave) == (5, 2)
     assert (b.admitted_s, b.first_token_engine_s) == (None, None)
     assert (c.tokens_generated, c.tokens_after_leave, c.admitted_s) == (0, 0, None)
+    assert (d.admitted_s, d.first_token_engine_s, d.tokens_generated) == (pytest.approx(0.2), None, 0)
 
 
 def test_an_accepted_request_without_a_record_is_named():
