@@ -90,7 +90,7 @@ class Engine:
         start = time.perf_counter()
         plan = self.core.plan()
         # a recomputed sequence's text goes on where it was
-        admitted = plan.first_admitted
+        admitted = [seq for seq in plan.admitted if not seq.preemptions]
         for seq in admitted:
             payload = seq.request.payload
             self._texts[seq.id] = TextStream(self.tokenizer, payload.prompt_ids, payload.sampling.stop)

@@ -134,20 +134,24 @@ class Scheduler:
             preempted = tuple(self._preempted)
             self._preempted.clear()
         budget = self.config.max_prefill_tokens
-        prefills, partials, budget = self._continue_prefills(budget)
+        if self._prefilling:
+            prefills, partials, budget = self._continue_prefills(budget)
+        else:
+            prefills, partials = [], []
         # As vLLM does: a step that had to preempt admits nothing new.
-        if not preempted:
-            self._admit(prefills, partials, budget)
+        admitted = [] if preempted else self._admit(prefills, partials, budget)
         self._steps += 1
         prefill_tokens = prefill_tokens_sq = 0
-        for seqs in (prefills, partials):
-            for seq in seqs:
+        if prefills or partials:  # most steps only decode
+            for seq in prefills + partials if partials else prefills:
                 n = seq.chunk
                 prefill_tokens += n
-                prefill_tokens_sq += n * (seq.prefill_start + n)
+                # n times the context it attends to: the tokens before it and itself
+                prefill_tokens_sq += n * (seq.num_tokens - seq.prefill_left + n)
         features = PlanFeatures(len(prefills) + len(partials), prefill_tokens, prefill_tokens_sq,
                                 len(decodes), context)
-        return StepPlan(self._steps, prefills, decodes, finished, features, preempted, partials)
+        return StepPlan(self._steps, prefills, decodes, finished, features, preempted, partials,
+                        admitted)
 
     def commit(self, plan: StepPlan, tokens: list[int],
                ends: dict[str, FinishReason] | None = None) -> list[Event]:
@@ -157,8 +161,9 @@ class Scheduler:
         seqs = plan.prefills + plan.decodes
         if len(tokens) != len(seqs):
             raise InvariantBroken(f"step {plan.index}: {len(tokens)} tokens for {len(seqs)} sequences")
-        for seq in plan.partials:
-            seq.prefill_left -= seq.chunk
+        if plan.partials:
+            for seq in plan.partials:
+                seq.prefill_left -= seq.chunk
         if plan.prefills:
             self._batch = None  # the prefilled sequences decode from the next step on
             prefilling = self._prefilling
@@ -355,8 +360,6 @@ class Scheduler:
         admission order, within the step's budget; and the budget left."""
         prefills: list[Sequence] = []
         partials: list[Sequence] = []
-        if not self._prefilling:
-            return prefills, partials, budget
         for seq in self._prefilling.values():
             if budget <= 0:
                 break
@@ -367,15 +370,17 @@ class Scheduler:
             (prefills if seq.chunk == seq.prefill_left else partials).append(seq)
         return prefills, partials, budget
 
-    def _admit(self, prefills: list[Sequence], partials: list[Sequence], budget: int | None) -> None:
+    def _admit(self, prefills: list[Sequence], partials: list[Sequence],
+               budget: int | None) -> list[Sequence]:
         """Admit in arrival order while a slot, the reservation and the step's
         prefill budget fit, adding each to `prefills` (or to `partials` when only a
-        chunk of it fits). A paused waiting request is passed over (it is not
-        ready); a ready one that does not fit stops admission, so nothing overtakes it."""
+        chunk of it fits); returns those admitted. A paused waiting request is
+        passed over (it is not ready); a ready one that does not fit stops
+        admission, so nothing overtakes it."""
+        admitted: list[Sequence] = []
         if not self._waiting:
             self.inbox.set_waiting(0)
-            return
-        admitted: list[Sequence] = []
+            return admitted
         chunked = self.config.chunked_prefill
         slots = self.config.max_batch - len(self._running)
         headroom = self.admission.headroom(self.config.num_blocks)
@@ -412,6 +417,7 @@ class Scheduler:
             if seq.chunk < seq.prefill_left:
                 self._prefilling[seq.id] = seq
         self.inbox.set_waiting(len(self._waiting))
+        return admitted
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> FinishEvent:
         if seq.state is SeqState.PAUSED:

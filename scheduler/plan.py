@@ -34,7 +34,8 @@ class StepPlan:
     one token each with the context their block table holds. `finished` holds the
     sequences the inbox ended before this step (cancels): the executor skips them.
     `preempted` holds those that lost their blocks for this step's decodes: they
-    make nothing until re-admitted."""
+    make nothing until re-admitted. `admitted` holds those admitted in this step
+    (among the prefills and partials), re-admissions after preemption included."""
 
     index: int
     prefills: list[Sequence]
@@ -43,6 +44,7 @@ class StepPlan:
     features: PlanFeatures
     preempted: tuple[Sequence, ...]
     partials: list[Sequence]
+    admitted: list[Sequence]
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -53,12 +55,6 @@ class StepPlan:
     def chunks(self) -> list[Sequence]:
         """Every sequence that prefills in this step, those that finish first."""
         return self.prefills + self.partials
-
-    @property
-    def first_admitted(self) -> list[Sequence]:
-        """The sequences this step admits for the first time (not re-admitted after
-        a preemption); read before `commit`, which moves their chunks on."""
-        return [seq for seq in self.chunks if not seq.preemptions and not seq.prefill_start]
 
     @property
     def is_empty(self) -> bool:

@@ -46,19 +46,18 @@ class SimEngine:
                 hub.preempted(plan.preempted)
             start = env.now
             n = len(plan.prefills) + len(plan.decodes)
-            if plan.is_empty:
+            if not n and not plan.partials:
                 self._record(0)
                 if plan.finished:  # cancels applied with nothing to compute
                     hub.committed(plan.finished, env.now, step=False)
                 else:  # everything is paused
                     yield self._sleep()
                 continue
-            admitted = plan.first_admitted
             yield env.timeout(cost.cost(plan.features))
             events = core.commit(plan, [0] * n, self._eos(plan) if self.stops_early else None)
             self._record(n)
-            if admitted:
-                hub.admitted(admitted, start)
+            if plan.admitted:
+                hub.admitted(plan.admitted, start)
             if plan.prefills:
                 hub.prefilled(plan.prefills, env.now)
             hub.committed(events, env.now)

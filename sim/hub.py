@@ -75,9 +75,11 @@ class Hub:
     # -- from the engine --------------------------------------------------------
 
     def admitted(self, seqs: list[Sequence], start: float) -> None:
-        """Sequences first admitted in the step that began at `start`."""
+        """Sequences admitted in the step that began at `start`; those re-admitted
+        after preemption keep the time of their first admission."""
         for seq in seqs:
-            self.clients[seq.id].outcome.admitted_s = start
+            if not seq.preemptions:
+                self.clients[seq.id].outcome.admitted_s = start
 
     def prefilled(self, prefills: list[Sequence], end: float) -> None:
         """Sequences whose prefill ended with the step that ended at `end`; those

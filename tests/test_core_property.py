@@ -33,7 +33,8 @@ def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, m
 
     def do_step(stop_at):
         plan = core.plan()
-        admitted_order.extend(s.id for s in plan.chunks if not s.prefill_start)
+        admitted_order.extend(s.id for s in plan.admitted)
+        assert [s for s in plan.chunks if not s.prefill_start] == plan.admitted
         for s in plan.sequences + plan.partials:
             assert s.state is SeqState.RUNNING
             assert len(s.block_table) * block_size >= s.num_tokens
