@@ -1,6 +1,7 @@
-"""`python -m scheduler demo [--admission reserve|optimistic]`: drive the core by
-hand for a few steps and show admission (by whole reservation, or optimistic with
-preemption), a cancel, a pause and the pool after the run."""
+"""`python -m scheduler demo [--admission reserve|optimistic] [--chunk N]`: drive
+the core by hand for a few steps and show admission (by whole reservation, or
+optimistic with preemption), prompts prefilled whole or N tokens a step, a cancel,
+a pause and the pool after the run."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,9 @@ from .events import FinishEvent
 from .request import Request
 
 
-def demo(admission: str) -> int:
-    core = Scheduler(SchedulerConfig(num_blocks=7, block_size=4, max_batch=3, admission=admission))
+def demo(admission: str, chunk: int | None) -> int:
+    core = Scheduler(SchedulerConfig(num_blocks=7, block_size=4, max_batch=3, admission=admission,
+                                     max_prefill_tokens=chunk, chunked_prefill=chunk is not None))
     for i, (prompt, new) in enumerate([(6, 6), (10, 8), (3, 12), (5, 4)]):
         core.submit(Request(f"r{i}", prompt, new))
     wishes = {2: ("pause", "r0"), 4: ("cancel", "r1"), 5: ("resume", "r0")}
@@ -20,11 +22,14 @@ def demo(admission: str) -> int:
           f"{'free':>4} {'rsvd':>4}  finished, preempted")
     while core.has_work():
         plan = core.plan()
+        # a chunk short of its whole prompt shows as id(tokens)
+        prefills = ",".join(q.id if q.chunk == q.num_tokens else f"{q.id}({q.chunk})"
+                            for q in plan.chunks)
         events = core.commit(plan, [0] * len(plan.sequences))
         s = core.summary()
         done = [f"{e.seq_id}:{e.reason.value}" for e in events if isinstance(e, FinishEvent)]
         done += [f"{q.id}:preempted" for q in plan.preempted]
-        print(f"{plan.index:>4}  {','.join(q.id for q in plan.prefills):<10} "
+        print(f"{plan.index:>4}  {prefills:<10} "
               f"{','.join(q.id for q in plan.decodes):<14} {s.running:>3} {s.waiting:>4} "
               f"{s.paused:>5} {s.blocks_free:>4} {s.blocks_reserved:>4}  {', '.join(done)}")
         if plan.index in wishes:
@@ -40,7 +45,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduler")
     parser.add_argument("command", choices=["demo"])
     parser.add_argument("--admission", default="reserve", choices=sorted(ADMISSION_POLICIES))
-    return demo(parser.parse_args().admission)
+    parser.add_argument("--chunk", type=int, help="prefill prompts at most this many tokens a step")
+    args = parser.parse_args()
+    return demo(args.admission, args.chunk)
 
 
 if __name__ == "__main__":

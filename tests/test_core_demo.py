@@ -22,3 +22,13 @@ def test_the_demo_runs_to_a_whole_pool(admission, counts, steps):
     rows = [line for line in lines if line[:4].strip().isdigit()]
     assert len(rows) == steps and rows[-1].endswith("r2:length")
     assert ("r2:preempted" in out.stdout) == (admission == "optimistic")
+
+
+def test_the_demo_prefills_in_chunks_when_asked():
+    out = subprocess.run([sys.executable, "-m", "scheduler", "demo", "--chunk", "4"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line[:4].strip().isdigit()]
+    # r0's 6-token prompt in chunks of 4 and 2, then r3's 5 in 4 and 1
+    assert [row[1] for row in rows if "(" in row[1]] == ["r0(4)", "r0(2)", "r3(4)", "r3(1)"]
+    assert out.stdout.splitlines()[-1] == "pool whole after the run: True"
