@@ -97,6 +97,23 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
     assert (tmp_path / "cli" / "live-outcomes.jsonl").exists()
 
 
+def test_a_chunking_server_is_mirrored_and_its_tokens_counted_on_both_sides(model_dir, tmp_path):
+    options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128,
+                           max_prefill_tokens=8, chunked_prefill=True)
+    profile, _ = calibrate(options, tmp_path / "cal", log=lambda *a: None,
+                           workload=calibration_workload(4, mixed_count=6, time_scale=0.1,
+                                                         max_model_len=256))
+    requests = mixed_trace()  # prompts of 8 to 53 tokens: all but the first in chunks
+    comparison = compare(requests, profile, options, tmp_path / "cmp", log=lambda *a: None)
+    assert comparison.server.sim_settings()["chunked_prefill"] is True
+    for side in (comparison.live, comparison.sim):
+        # the engine's count over the run, from its steps, is what the requests made
+        assert side.summary.tokens_generated == sum(o.tokens_generated for o in side.outcomes)
+        for r, o in zip(requests, sorted(side.outcomes, key=lambda o: int(o.id[1:]))):
+            if r.prompt_tokens > 8:  # admitted at its first chunk, before its first token
+                assert o.admitted_s < o.first_token_engine_s, (r.id, o)
+
+
 @pytest.mark.parametrize("scale", ["0", "-1"])
 def test_a_calibration_time_scale_that_is_not_positive_is_refused_before_anything_runs(scale, capsys):
     with pytest.raises(SystemExit) as exit_:
