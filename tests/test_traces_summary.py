@@ -29,8 +29,9 @@ def test_summary_from_outcomes_alone():
     # client TTFT: 1, 2, 3; engine TTFT: 0.5, 1, 2
     assert (s.ttft_client_p50_s, s.ttft_client_p90_s) == (2.0, pytest.approx(2.8))
     assert (s.ttft_engine_p50_s, s.ttft_engine_p99_s) == (1.0, pytest.approx(1.98))
-    # gaps: 1, 2 (a), 0.5 (b), 0.5 (d)
+    # gaps: 1, 2 (a), 0.5 (b), 0.5 (d); each stream's longest: 2, 0.5, 0.5
     assert (s.gap_p50_s, s.gap_p99_s) == (0.75, pytest.approx(1.97))
+    assert (s.stall_p50_s, s.stall_p99_s) == (0.5, pytest.approx(1.97))
     assert s.e2e_p50_s == s.e2e_p99_s == 4.5  # completed requests only
     assert (s.tokens_generated, s.tokens_read, s.wasted_tokens) == (14, 7, 4)
     assert (s.makespan_s, s.throughput_tok_s) == (8.0, 14 / 8.0)
@@ -44,6 +45,7 @@ def test_gaps_never_span_two_streams():
                    outcome("c", 0.0, [12.0], 12.0, "length", 1)])
     # gaps: 1 (a), 0.5 (b); c has none
     assert (s.gap_p50_s, s.gap_p99_s) == (0.75, pytest.approx(0.995))
+    assert (s.stall_p50_s, s.stall_p99_s) == (0.75, pytest.approx(0.995))
 
 
 def test_makespan_ends_when_the_last_client_is_done_with_its_request():

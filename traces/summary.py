@@ -35,6 +35,10 @@ class Summary:
     gap_p50_s: float | None
     """Inter-token gaps as the clients received them, all streams pooled."""
     gap_p99_s: float | None
+    stall_p50_s: float | None
+    """Each stream's longest gap between two tokens, over the streams: what pooled
+    gaps hide when a rare long step (a long prompt's prefill) stalls every stream once."""
+    stall_p99_s: float | None
     e2e_p50_s: float | None
     """Arrival to last event, completed requests only."""
     e2e_p90_s: float | None
@@ -94,7 +98,9 @@ def summarize(outcomes: list[RequestOutcome], *, tokens_generated: int | None = 
         wasted_tokens = sum(o.tokens_after_leave for o in outcomes)
     t50, t90, t99 = _percentiles(ttft_client, (50, 90, 99))
     e50, e90, e99 = _percentiles(ttft_engine, (50, 90, 99))
-    g50, g99 = _percentiles(_gaps(outcomes), (50, 99))
+    gaps, firsts = _gaps(outcomes)
+    g50, g99 = _percentiles(gaps, (50, 99))
+    s50, s99 = _percentiles(np.maximum.reduceat(gaps, firsts) if len(gaps) else gaps, (50, 99))
     d50, d90, d99 = _percentiles([o.finish_s - o.arrival_s for o in completed], (50, 90, 99))
     return Summary(
         requests=len(outcomes), completed=len(completed),
@@ -103,7 +109,7 @@ def summarize(outcomes: list[RequestOutcome], *, tokens_generated: int | None = 
         dropped=sum(o.finish_reason == "slow_client" for o in outcomes),
         ttft_client_p50_s=t50, ttft_client_p90_s=t90, ttft_client_p99_s=t99,
         ttft_engine_p50_s=e50, ttft_engine_p90_s=e90, ttft_engine_p99_s=e99,
-        gap_p50_s=g50, gap_p99_s=g99, e2e_p50_s=d50, e2e_p90_s=d90, e2e_p99_s=d99,
+        gap_p50_s=g50, gap_p99_s=g99, stall_p50_s=s50, stall_p99_s=s99, e2e_p50_s=d50, e2e_p90_s=d90, e2e_p99_s=d99,
         tokens_generated=tokens_generated, tokens_read=sum(o.tokens_read for o in outcomes),
         wasted_tokens=wasted_tokens, makespan_s=makespan,
         throughput_tok_s=tokens_generated / makespan if makespan > 0 else None,
@@ -133,13 +139,15 @@ def _done_s(o: RequestOutcome) -> float:
     return max(t for t in (o.arrival_s, o.headers_s, o.finish_s, o.left_s) if t is not None)
 
 
-def _gaps(outcomes: list[RequestOutcome]) -> np.ndarray:
+def _gaps(outcomes: list[RequestOutcome]) -> tuple[np.ndarray, np.ndarray]:
     """Every stream's inter-token gaps, pooled: the differences of all token times
-    laid end to end, less those that span two streams."""
+    laid end to end, less those that span two streams; and where each stream's
+    gaps begin among them."""
     streams = [o.token_times_s for o in outcomes if len(o.token_times_s) > 1]
     lengths = np.array([len(times) for times in streams], dtype=np.int64)
     times = np.fromiter(chain.from_iterable(streams), dtype=float, count=int(lengths.sum()))
-    return np.delete(np.diff(times), np.cumsum(lengths)[:-1] - 1)
+    firsts = np.concatenate(([0], np.cumsum(lengths - 1)[:-1])) if streams else lengths
+    return np.delete(np.diff(times), np.cumsum(lengths)[:-1] - 1), firsts
 
 
 def _percentiles(values, qs: tuple[int, ...]) -> list[float | None]:
