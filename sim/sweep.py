@@ -20,8 +20,8 @@ from .replay import replay
 from .settings import SETTINGS, ReplaySetup, build_setup
 
 ROW_METRICS = ("completed", "refused", "dropped", "ttft_client_p50_s", "ttft_client_p99_s",
-               "gap_p99_s", "stall_p99_s", "e2e_p50_s", "throughput_tok_s", "makespan_s", "wasted_tokens",
-               "peak_waiting", "peak_blocks_reserved")
+               "gap_p99_s", "stall_p99_s", "e2e_p50_s", "throughput_tok_s", "makespan_s",
+               "wasted_tokens", "peak_waiting", "peak_blocks_reserved")
 """The columns of a sweep's table besides the varied settings."""
 
 TRACE_SETTINGS = ("rate_scale",)
