@@ -14,9 +14,9 @@ BOUNDS = {"ttft_client_p50_s": 0.10, "ttft_client_p99_s": 0.20, "throughput_tok_
 """Relative error a calibrated simulator should stay within."""
 ROWS = ("ttft_client_p50_s", "ttft_client_p90_s", "ttft_client_p99_s", "ttft_engine_p50_s",
         "gap_p50_s", "gap_p99_s", "stall_p50_s", "stall_p99_s", "e2e_p50_s", "e2e_p99_s",
-        "throughput_tok_s", "makespan_s", "wasted_tokens", "peak_running", "peak_waiting", "peak_paused", "peak_blocks_reserved",
-        "tokens_generated", "completed", "left", "refused", "dropped", "preemptions",
-        "recomputed_tokens")
+        "throughput_tok_s", "makespan_s", "wasted_tokens", "peak_running", "peak_waiting",
+        "peak_paused", "peak_blocks_reserved", "tokens_generated", "completed", "left",
+        "refused", "dropped", "preemptions", "recomputed_tokens")
 """The fields of `Summary` the table shows, in its order."""
 
 
