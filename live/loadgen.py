@@ -387,7 +387,8 @@ def format_replay(result: LiveReplay) -> str:
                      f"p99 {s.ttft_client_p99_s * 1e3:.1f} ms")
     if s.gap_p50_s is not None:
         lines.append(f"inter-token gap p50 {s.gap_p50_s * 1e3:.1f} ms, "
-                     f"p99 {s.gap_p99_s * 1e3:.1f} ms")
+                     f"p99 {s.gap_p99_s * 1e3:.1f} ms; each stream's longest "
+                     f"p50 {s.stall_p50_s * 1e3:.1f} ms, p99 {s.stall_p99_s * 1e3:.1f} ms")
     if s.throughput_tok_s is not None:
         lines.append(f"throughput {s.throughput_tok_s:.1f} tokens/s "
                      f"({s.tokens_generated} generated in {s.makespan_s:.2f} s)")

@@ -442,6 +442,7 @@ def test_command_line(stand_in, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "requests 2, refused 0, left 1" in printed
     assert "finished: length 1" in printed and "wasted tokens" in printed
+    assert "each stream's longest p50" in printed
 
 
 def test_outcomes_written_before_headers_s_was_recorded_still_read(tmp_path):
