@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from scheduler import ADMISSION_POLICIES, make_policy
+from scheduler import SchedulerConfig, make_policy
 from scheduler.backlog import BacklogPolicy
 
 from .step_log import DEFAULT_RING
@@ -84,20 +84,23 @@ class ServeSettings:
                      "max_body_bytes", "default_max_tokens", "kv_cache_mb", "step_ring"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        for name in ("num_blocks", "max_prefill_tokens"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+        if self.num_blocks is not None and self.num_blocks < 1:
+            raise ValueError("num_blocks must be at least 1")
         if not 0 < self.gpu_memory_fraction <= 1:
             raise ValueError("gpu_memory_fraction must be in (0, 1]")
         if self.keepalive_s <= 0 or self.stall_timeout_s <= 0:
             raise ValueError("keepalive_s and stall_timeout_s must be positive")
-        if self.chunked_prefill and self.max_prefill_tokens is None:
-            raise ValueError("chunked prefill needs max_prefill_tokens, the chunk budget of a step")
-        if self.admission not in ADMISSION_POLICIES:
-            raise ValueError(f"unknown admission policy {self.admission!r}; known: "
-                             f"{', '.join(sorted(ADMISSION_POLICIES))}")
         if self.resume_grace_s < 0 or self.event_padding < 0:
             raise ValueError("resume_grace_s and event_padding must not be negative")
+        self.scheduler_config(num_blocks=1)  # the core's own checks, before a model loads
+
+    def scheduler_config(self, num_blocks: int, max_model_len: int | None = None) -> SchedulerConfig:
+        """The core's settings, for a pool of `num_blocks` and a model of that context."""
+        return SchedulerConfig(num_blocks=num_blocks, block_size=self.block_size,
+                               max_batch=self.max_batch, max_waiting=self.max_waiting,
+                               max_model_len=max_model_len,
+                               max_prefill_tokens=self.max_prefill_tokens,
+                               chunked_prefill=self.chunked_prefill, admission=self.admission)
 
     def backlog_policy(self) -> BacklogPolicy:
         return make_policy(self.policy, max_queued=self.max_queued,

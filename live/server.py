@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from scheduler import QueueFull, RequestTooLarge, SchedulerConfig, SubmitRefused
+from scheduler import QueueFull, RequestTooLarge, SubmitRefused
 
 from . import wire_anthropic, wire_openai, wire_stream
 from .engine import Engine
@@ -436,11 +436,7 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
                          cuda_graph_max_batch=settings.max_batch if graphs else 0)
     step_log = StepLog(settings.step_log, settings.device,
                        {"model": loaded.name, "dtype": settings.dtype}, settings.step_ring)
-    config = SchedulerConfig(num_blocks=num_blocks, block_size=settings.block_size,
-                             max_batch=settings.max_batch, max_waiting=settings.max_waiting,
-                             max_prefill_tokens=settings.max_prefill_tokens,
-                             chunked_prefill=settings.chunked_prefill,
-                             admission=settings.admission, max_model_len=loaded.max_model_len)
+    config = settings.scheduler_config(num_blocks, loaded.max_model_len)
     engine = Engine(runner, loaded.tokenizer, config, step_log)
     return engine, ServedModel(loaded.name, loaded.tokenizer, loaded.max_model_len,
                                runner.vocab_size)
