@@ -114,15 +114,17 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     out = torch.empty_like(q)
     for start, length in zip(spans.starts, spans.lengths):
         rows = slice(start, start + length)
-        out[rows] = _causal_sdpa(q[rows], k[rows], v[rows], scale)
+        out[rows] = _sdpa(q[rows], k[rows], v[rows], scale)
     return out
 
 
-def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """`[tokens, heads, dim]` in and out; SDPA wants heads before tokens."""
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+          mask: torch.Tensor | None = None) -> torch.Tensor:
+    """`[tokens, heads, dim]` in and out (SDPA wants heads before tokens): causal,
+    or the keys `mask` (`[queries, keys]`) lets each query see."""
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-        v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=scale,
+        v.transpose(0, 1).unsqueeze(0), attn_mask=mask, is_causal=mask is None, scale=scale,
         enable_gqa=k.shape[1] != q.shape[1])
     return out[0].transpose(0, 1)
 
@@ -152,10 +154,5 @@ def cached_chunk_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            chunk: CachedChunk, scale: float) -> torch.Tensor:
     """The chunk's queries (`[length, heads, head_dim]`) over the prompt so far, read
     from the cache (`[num_blocks, block_size, kv_heads, head_dim]`) slot by slot."""
-    k = k_cache.flatten(0, 1).index_select(0, chunk.slots)
-    v = v_cache.flatten(0, 1).index_select(0, chunk.slots)
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-        v.transpose(0, 1).unsqueeze(0), attn_mask=chunk.mask, scale=scale,
-        enable_gqa=k.shape[1] != q.shape[1])
-    return out[0].transpose(0, 1)
+    return _sdpa(q, k_cache.flatten(0, 1).index_select(0, chunk.slots),
+                 v_cache.flatten(0, 1).index_select(0, chunk.slots), scale, chunk.mask)

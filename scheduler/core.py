@@ -402,7 +402,11 @@ class Scheduler:
             seq.state = SeqState.RUNNING
             seq.prefill_left = n
             seq.chunk = min(n, budget) if chunked else n
-            (prefills if seq.chunk == n else partials).append(seq)
+            if seq.chunk < n:
+                partials.append(seq)
+                self._prefilling[seq.id] = seq
+            else:
+                prefills.append(seq)
             admitted.append(seq)
             if seq.lost_tokens:
                 seq.recomputed_tokens += seq.lost_tokens
@@ -414,8 +418,6 @@ class Scheduler:
         for seq in admitted:
             del self._waiting[seq.id]
             self._running[seq.id] = seq
-            if seq.chunk < seq.prefill_left:
-                self._prefilling[seq.id] = seq
         self.inbox.set_waiting(len(self._waiting))
         return admitted
 
