@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from live.engine_info import hardware_name
+from live.server.engine_info import hardware_name
 from sim import load_profile
 from traces import SAMPLES_DIR, load_trace
 

@@ -9,8 +9,8 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from live.loadgen import LiveReplay, replay as live_replay
-from live.models import cache_root
+from live.client.loadgen import LiveReplay, replay as live_replay
+from live.runner.models import cache_root
 from sim import Profile, build_profile, save_profile
 from traces import TraceRequest
 

@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from live.loadgen import replay as live_replay
+from live.client.loadgen import replay as live_replay
 from sim import Profile, TimeSeries, build_setup, replay as sim_replay, summarize_replay
 from traces import TraceRequest
 from traces.outcome import RequestOutcome, write_outcomes

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from live.models import EMBEDDED_NAME
+from live.runner.models import EMBEDDED_NAME
 from scheduler import ADMISSION_POLICIES
 
 

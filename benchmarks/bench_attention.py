@@ -35,9 +35,9 @@ if not torch.cuda.is_available():
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from live.attention import PagedContext, paged_decode_attention  # noqa: E402
-from live.prefill_attention import PaddedPrefill, PerPromptPrefill, PromptSpans  # noqa: E402
-from live.triton_attention import BlockTables, triton_decode_attention  # noqa: E402
+from live.runner.attention import PagedContext, paged_decode_attention  # noqa: E402
+from live.runner.prefill_attention import PaddedPrefill, PerPromptPrefill, PromptSpans  # noqa: E402
+from live.runner.triton_attention import BlockTables, triton_decode_attention  # noqa: E402
 
 SHAPES = {"smollm2-135m": (9, 3, 64), "gpt2-124m": (12, 12, 64)}
 TILINGS = [(32, 4), (64, 4), (64, 8), (128, 8)]

@@ -19,10 +19,10 @@ import time
 
 import torch
 
-from live.engine import Admitted, Engine, TokenOut
-from live.model_runner import ModelRunner
-from live.models import load_model
-from live.params import SamplingParams
+from live.engine.engine import Admitted, Engine, TokenOut
+from live.runner.model_runner import ModelRunner
+from live.runner.models import load_model
+from live.engine.params import SamplingParams
 from scheduler import SchedulerConfig
 
 DECODERS, DECODER_PROMPT, DECODER_NEW = 8, 32, 400

@@ -21,11 +21,11 @@ import time
 import torch
 from transformers import GenerationConfig
 
-from live.engine import Engine
-from live.model_runner import ModelRunner
-from live.models import load_model
-from live.params import SamplingParams
-from live.step_log import StepLog
+from live.engine.engine import Engine
+from live.runner.model_runner import ModelRunner
+from live.runner.models import load_model
+from live.engine.params import SamplingParams
+from live.engine.step_log import StepLog
 from scheduler import SchedulerConfig
 
 PROMPT_LEN, NEW = 48, 64

@@ -33,10 +33,10 @@ from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, LlamaCon
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from live.architectures import kv_layout  # noqa: E402
-from live.gpu_memory import gpu_kv_blocks  # noqa: E402
-from live.model_runner import ModelRunner  # noqa: E402
-from live.params import GenerationInput, SamplingParams  # noqa: E402
+from live.runner.architectures import kv_layout  # noqa: E402
+from live.runner.gpu_memory import gpu_kv_blocks  # noqa: E402
+from live.runner.model_runner import ModelRunner  # noqa: E402
+from live.engine.params import GenerationInput, SamplingParams  # noqa: E402
 from scheduler import Request, Scheduler, SchedulerConfig  # noqa: E402
 
 log = logging.getLogger("bench_gpu")

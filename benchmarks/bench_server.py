@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 import torch
 
-from live.sse_parser import SSEEvent, SSEParser
+from live.client.sse_parser import SSEEvent, SSEParser
 from server_process import Server, serving, tiny_model_dir
 
 PROMPT = "Once upon a time, in a quiet town by the sea, there lived"

@@ -15,11 +15,11 @@ import time
 
 from transformers import AutoTokenizer
 
-from live.engine import Engine
-from live.models import embedded_gguf, gguf_cache
+from live.engine.engine import Engine
+from live.runner.models import embedded_gguf, gguf_cache
 from live.serve_config import ServeSettings
-from live.server import LiveServer, create_app
-from live.validation import ServedModel
+from live.server.app import LiveServer, create_app
+from live.server.validation import ServedModel
 from scheduler import SchedulerConfig
 
 CONTEXT = 4096

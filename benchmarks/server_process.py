@@ -18,7 +18,7 @@ import psutil
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from live.models import embedded_gguf, gguf_cache
+from live.runner.models import embedded_gguf, gguf_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 300

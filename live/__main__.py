@@ -7,7 +7,7 @@ import sys
 
 from scheduler import ADMISSION_POLICIES, BACKLOG_POLICIES
 
-from .loadgen import add_parser as add_replay_parser
+from .client.loadgen import add_parser as add_replay_parser
 from .serve_config import ServeSettings
 
 
@@ -69,7 +69,7 @@ def add_serve_parser(subparsers) -> None:
 
 
 def run_serve(args) -> int:
-    from .server import serve
+    from .server.app import serve
 
     names = ("model", "device", "dtype", "host", "port", "http2", "policy", "max_queued",
              "stall_timeout_s", "resume_grace_s", "threads", "max_batch", "num_blocks",

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from scheduler import SchedulerConfig, make_policy
 from scheduler.backlog import BacklogPolicy
 
-from .step_log import DEFAULT_RING
+from .engine.step_log import DEFAULT_RING
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 done, collect each request's tokens and finish."""
 from __future__ import annotations
 
-from live.engine import Admitted, Engine, Finished, TokenOut
+from live.engine.engine import Admitted, Engine, Finished, TokenOut
 
 
 def run_engine(engine: Engine, arrivals: dict[int, list[tuple]], max_steps: int = 10_000):

@@ -15,7 +15,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from live.triton_attention import NUM_WARPS, _paged_decode_kernel, kernel_constants
+from live.runner.triton_attention import NUM_WARPS, _paged_decode_kernel, kernel_constants
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

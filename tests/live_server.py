@@ -23,13 +23,13 @@ import httpx
 from starlette.applications import Starlette
 
 from engine_helpers import run_engine
-from live.engine import Engine, Finished
-from live.model_runner import ModelRunner
-from live.params import SamplingParams
+from live.engine.engine import Engine, Finished
+from live.runner.model_runner import ModelRunner
+from live.engine.params import SamplingParams
 from live.serve_config import ServeSettings
-from live.server import LiveServer, build_engine, create_app
-from live.sse_parser import Comment, SSEEvent, SSEParser
-from live.validation import ServedModel
+from live.server.app import LiveServer, build_engine, create_app
+from live.client.sse_parser import Comment, SSEEvent, SSEParser
+from live.server.validation import ServedModel
 from scheduler import SchedulerConfig
 from tiny_models import VOCAB, tiny_llama
 

@@ -4,7 +4,7 @@ no record of."""
 import pytest
 
 from analysis.compare import add_engine_view
-from live.request_log import FIELDS
+from live.streams.request_log import FIELDS
 from traces.outcome import RequestOutcome
 
 STARTED = 1_700_000_000.0

@@ -11,15 +11,15 @@ import time
 import httpx
 import pytest
 
-import live.engine_info
-import live.step_log
+import live.server.engine_info
+import live.engine.step_log
 from analysis.calibrate import WARMUP, calibrate
 from analysis.hardware import profile_name
 from analysis.live_target import LiveTarget
 from analysis.report import ROWS
 from analysis.workloads import calibration_workload
 from live.serve_config import ServeSettings
-from live.step_log import StepLog
+from live.engine.step_log import StepLog
 from traces import write_trace
 
 from analysis_helpers import mixed_trace, save_tiny_llama
@@ -137,7 +137,7 @@ class SkewedClock:
 
 
 def test_steps_of_a_server_with_another_clock_come_onto_this_one(monkeypatch):
-    for module in (live.engine_info, live.step_log):
+    for module in (live.server.engine_info, live.engine.step_log):
         monkeypatch.setattr(module, "time", SkewedClock(100.0))
     app, _ = tiny_app()
     with running_server(app) as url:

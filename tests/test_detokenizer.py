@@ -1,6 +1,6 @@
 import pytest
 
-from live.detokenizer import TextStream
+from live.engine.detokenizer import TextStream
 
 TEXT = "Grüße aus Köln: 日本語のテキスト, emoji 🙂🚀 and naïve café — done."
 

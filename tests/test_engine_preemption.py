@@ -3,9 +3,9 @@ blocks are recomputed, prompt and output, and go on with the very tokens and tex
 they would have made alone; the pool is whole afterwards."""
 import pytest
 
-from live.engine import Engine
-from live.model_runner import ModelRunner
-from live.params import SamplingParams
+from live.engine.engine import Engine
+from live.runner.model_runner import ModelRunner
+from live.engine.params import SamplingParams
 from scheduler import FinishReason, SchedulerConfig
 
 from engine_helpers import run_engine

@@ -3,9 +3,9 @@ transformers' own greedy tokens, alone and under any concurrency."""
 import pytest
 import torch
 
-from live.engine import Engine
-from live.model_runner import ModelRunner
-from live.params import SamplingParams
+from live.engine.engine import Engine
+from live.runner.model_runner import ModelRunner
+from live.engine.params import SamplingParams
 from scheduler import FinishReason, SchedulerConfig
 
 from engine_helpers import run_engine

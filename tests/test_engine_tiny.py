@@ -7,10 +7,10 @@ import threading
 import pytest
 import torch
 
-from live.engine import Engine, Finished, TokenOut
-from live.model_runner import ModelRunner
-from live.step_log import StepLog
-from live.step_loop import StepLoop
+from live.engine.engine import Engine, Finished, TokenOut
+from live.runner.model_runner import ModelRunner
+from live.engine.step_log import StepLog
+from live.engine.step_loop import StepLoop
 from scheduler import FinishReason, SchedulerConfig
 
 from engine_helpers import run_engine

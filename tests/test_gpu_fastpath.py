@@ -12,11 +12,11 @@ time. Nothing here needs simpy, starlette or uvicorn."""
 import pytest
 import torch
 
-from live import cuda_graphs, model_runner
-from live.attention import ReferenceDecodeAttention
-from live.engine import Engine, Finished, TokenOut
-from live.prefill_attention import PaddedPrefill
-from live.model_runner import ModelRunner
+from live.runner import cuda_graphs, model_runner
+from live.runner.attention import ReferenceDecodeAttention
+from live.engine.engine import Engine, Finished, TokenOut
+from live.runner.prefill_attention import PaddedPrefill
+from live.runner.model_runner import ModelRunner
 from scheduler import FinishReason, Scheduler, SchedulerConfig
 from tiny_models import BUILDERS, drive, prompt, request, tiny_gpt2, tiny_llama
 
@@ -38,7 +38,7 @@ def fast_device(monkeypatch) -> str:
     if CUDA:
         return "cuda"
     pytest.importorskip("triton")
-    from live.triton_attention import TritonDecodeAttention
+    from live.runner.triton_attention import TritonDecodeAttention
     monkeypatch.setattr(model_runner, "decode_attention_for",
                         lambda device, block_size: TritonDecodeAttention(device))
     monkeypatch.setattr(model_runner, "prefill_attention_for", PaddedPrefill)
@@ -95,7 +95,7 @@ def test_cuda_graphs_are_refused_off_cuda():
 
 def test_batch_ladder():
     pytest.importorskip("triton")
-    from live.cuda_graphs import batch_ladder
+    from live.runner.cuda_graphs import batch_ladder
     assert batch_ladder(1) == [1]
     assert batch_ladder(8) == [1, 2, 4, 8]
     assert batch_ladder(20) == [1, 2, 4, 8, 16, 20]
@@ -113,7 +113,7 @@ def test_fast_path_logits_equal_the_cpu_reference(family, block_size, dtype, fas
     fast = ModelRunner(model, NUM_BLOCKS, block_size, fast_device, dtype,
                        cuda_graph_max_batch=GRAPH_BATCH)
     reference = ModelRunner(model, NUM_BLOCKS, block_size)
-    from live.triton_attention import TritonDecodeAttention
+    from live.runner.triton_attention import TritonDecodeAttention
     assert isinstance(fast.decode_attention, TritonDecodeAttention)
     assert isinstance(fast.prefill_attention, PaddedPrefill)
     replays = count_replays(fast)

@@ -3,8 +3,8 @@ made-up device figures."""
 import pytest
 import torch
 
-from live.gpu_memory import gpu_kv_blocks, kv_blocks_for_memory
-from live.kv_cache import KVLayout
+from live.runner.gpu_memory import gpu_kv_blocks, kv_blocks_for_memory
+from live.runner.kv_cache import KVLayout
 
 GIB = 1 << 30
 

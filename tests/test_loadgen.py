@@ -16,7 +16,7 @@ from typing import Callable
 
 import pytest
 
-from live.loadgen import PromptFiller, add_parser, replay, request_body
+from live.client.loadgen import PromptFiller, add_parser, replay, request_body
 from traces.jsonl import write_trace
 from traces.outcome import RequestOutcome, read_outcomes, write_outcomes
 from traces.record import Client, LeaveHow, ReadMode, TraceRequest

@@ -4,8 +4,8 @@ multi-head, grids cut by the mask budget, and a runner's logits either way."""
 import pytest
 import torch
 
-from live import prefill_attention as pa
-from live.prefill_attention import PaddedPrefill, PerPromptPrefill, PromptSpans
+from live.runner import prefill_attention as pa
+from live.runner.prefill_attention import PaddedPrefill, PerPromptPrefill, PromptSpans
 
 LENGTHS = [5, 1, 64, 17, 200, 18, 3]
 
@@ -51,7 +51,7 @@ def test_grids_keep_to_the_budget_and_a_lone_prompt_is_plainly_causal(monkeypatc
 
 @pytest.mark.parametrize("family", ["gpt2", "llama-group-3"])
 def test_a_runner_prefilling_on_grids_gives_the_reference_logits(family):
-    from live.model_runner import ModelRunner
+    from live.runner.model_runner import ModelRunner
     from scheduler import Scheduler, SchedulerConfig
     from tiny_models import drive, prompt, request, tiny_gpt2, tiny_llama
 

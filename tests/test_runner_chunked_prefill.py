@@ -4,9 +4,9 @@ own, and greedy tokens are those of an unchunked run, also across preemptions.""
 import pytest
 import torch
 
-from live.engine import Engine
-from live.model_runner import ModelRunner
-from live.params import SamplingParams
+from live.engine.engine import Engine
+from live.runner.model_runner import ModelRunner
+from live.engine.params import SamplingParams
 from scheduler import FinishReason, SchedulerConfig
 from engine_helpers import run_engine
 from test_engine_preemption import ByteTokenizer, requests

@@ -4,7 +4,7 @@ that arrive at different steps and span several blocks."""
 import pytest
 import torch
 
-from live.model_runner import ModelRunner
+from live.runner.model_runner import ModelRunner
 from scheduler import Scheduler, SchedulerConfig
 from tiny_models import BUILDERS, drive, make, prompt, request
 

@@ -2,7 +2,7 @@
 The conversion itself is faked here; tests/test_runner_smollm2.py loads the real one."""
 import pytest
 
-import live.models as models
+import live.runner.models as models
 
 
 class FakeConverted:

@@ -4,10 +4,10 @@ import pytest
 import torch
 from transformers import GPT2Config
 
-from live.architectures import kv_layout, rope_frequencies
-from live.attention import PagedContext, paged_decode_attention
-from live.kv_cache import KVLayout, PagedKVCache, blocks_for_budget, slot_mapping
-from live.model_runner import ModelRunner
+from live.runner.architectures import kv_layout, rope_frequencies
+from live.runner.attention import PagedContext, paged_decode_attention
+from live.runner.kv_cache import KVLayout, PagedKVCache, blocks_for_budget, slot_mapping
+from live.runner.model_runner import ModelRunner
 from tiny_models import tiny_gpt2, tiny_llama
 
 

@@ -5,8 +5,8 @@ import importlib.util
 import pytest
 import torch
 
-from live.model_runner import ModelRunner
-from live.models import EMBEDDED_GGUF, cache_root, load_model
+from live.runner.model_runner import ModelRunner
+from live.runner.models import EMBEDDED_GGUF, cache_root, load_model
 from scheduler import Scheduler, SchedulerConfig
 from tiny_models import drive, request
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from live.serve_config import ServeSettings
-from live.sse_parser import SSEEvent, SSEParser
+from live.client.sse_parser import SSEEvent, SSEParser
 from live_server import (PacedRunner, RawStream, ServerThread, ToyTokenizer, engine_alone,
                          held_app, running_server, serve_command, stats, tiny_app, wait_for,
                          wait_idle)

@@ -6,7 +6,7 @@ import json
 import httpx
 import pytest
 
-from live.sse_parser import SSEParser
+from live.client.sse_parser import SSEParser
 from live_server import (TOY_NAME, ToyTokenizer, engine_alone, running_server, tiny_app,
                          wait_idle)
 

@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from live.sse_parser import SSEParser
+from live.client.sse_parser import SSEParser
 from live_server import ToyTokenizer, engine_alone, running_server, tiny_app, wait_idle
 
 TOK = ToyTokenizer()

@@ -5,7 +5,7 @@ cost to the engine."""
 import httpx
 import pytest
 
-from live.sse_parser import SSEParser
+from live.client.sse_parser import SSEParser
 from live_server import running_server, stats, tiny_app, wait_idle
 
 STREAM = {"prompt": "hello there", "max_new_tokens": 4, "ignore_eos": True}

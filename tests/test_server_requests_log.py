@@ -5,7 +5,7 @@ import json
 
 import httpx
 
-from live.request_log import FIELDS, RequestLog
+from live.streams.request_log import FIELDS, RequestLog
 from live_server import RawStream, running_server, stats, tiny_app, wait_for, wait_idle
 
 
@@ -62,7 +62,7 @@ def test_pages_and_the_requests_that_fell_out_of_the_ring():
 
 
 def test_the_load_generator_names_the_streams_it_can():
-    from live.loadgen import PromptFiller, replay
+    from live.client.loadgen import PromptFiller, replay
     from tiny_models import VOCAB
     from traces.record import TraceRequest
 

@@ -5,11 +5,11 @@ import openai
 import pytest
 
 from engine_helpers import run_engine
-from live.engine import Engine
-from live.model_runner import ModelRunner
+from live.engine.engine import Engine
+from live.runner.model_runner import ModelRunner
 from live.serve_config import ServeSettings
-from live.server import create_app
-from live.validation import ServedModel
+from live.server.app import create_app
+from live.server.validation import ServedModel
 from live_server import running_server, wait_idle
 from scheduler import SchedulerConfig
 

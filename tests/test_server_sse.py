@@ -1,8 +1,8 @@
 """The bytes of one server-sent event or comment, read back by a standard parser."""
 import pytest
 
-from live.sse import comment_bytes, event_bytes
-from live.sse_parser import Comment, SSEParser
+from live.server.sse import comment_bytes, event_bytes
+from live.client.sse_parser import Comment, SSEParser
 
 
 def test_an_event_with_id_name_and_data():

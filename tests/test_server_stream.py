@@ -6,9 +6,9 @@ import json
 
 import httpx
 
-from live.params import SamplingParams
+from live.engine.params import SamplingParams
 from live.serve_config import ServeSettings
-from live.sse_parser import SSEParser
+from live.client.sse_parser import SSEParser
 from live_server import (HeldRunner, RawStream, ToyTokenizer, engine_alone, held_app,
                          running_server, stats, tiny_app, wait_for, wait_idle)
 

@@ -1,6 +1,6 @@
 """The SSE parser against the WHATWG rules, on a stream that exercises each of
 them, fed whole, split in two at every byte, and byte by byte."""
-from live.sse_parser import Comment, SSEEvent, SSEParser
+from live.client.sse_parser import Comment, SSEEvent, SSEParser
 
 TRICKY = (
     b"\xef\xbb\xbf"                        # a BOM, ignored at the start of the stream

@@ -15,8 +15,8 @@ if DEVICE == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 triton = pytest.importorskip("triton")
 
-from live.attention import PagedContext, paged_decode_attention
-from live.triton_attention import BlockTables, TritonDecodeAttention, triton_decode_attention
+from live.runner.attention import PagedContext, paged_decode_attention
+from live.runner.triton_attention import BlockTables, TritonDecodeAttention, triton_decode_attention
 
 LENGTHS = [1, 4, 5, 16, 17, 40, 64, 65, 150]
 """Contexts ending inside, on and past blocks, and on and past the kernel's tiles."""
@@ -118,7 +118,7 @@ def test_shapes_that_do_not_fit_are_refused():
 def test_a_runner_on_the_kernel_gives_the_reference_logits(family):
     """Decode-only and mixed steps (decodes riding along a prefill) through the
     runner, the kernel in place of the reference."""
-    from live.model_runner import ModelRunner
+    from live.runner.model_runner import ModelRunner
     from scheduler import Scheduler, SchedulerConfig
     from tiny_models import drive, prompt, request, tiny_gpt2, tiny_llama
 

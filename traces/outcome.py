@@ -5,7 +5,26 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+
+
+class Refusal(StrEnum):
+    """Why a request was refused before its stream began, in one vocabulary for the
+    live client (from the HTTP status) and the simulator (from the core's refusal)."""
+
+    QUEUE_FULL = "queue_full"
+    """429: the waiting queue is full."""
+    TOO_LARGE = "too_large"
+    """422: longer than the model's context or the block pool."""
+    INVALID = "invalid"
+    """400, 404, 409, 413: the request itself is wrong."""
+    UNAVAILABLE = "unavailable"
+    """503: the server is shutting down or its engine has stopped."""
+    SERVER_ERROR = "server_error"
+    """Any other status: the server failed."""
+    UNREACHABLE = "unreachable"
+    """No connection (live only)."""
 
 
 @dataclass(slots=True)
@@ -31,7 +50,7 @@ class RequestOutcome:
     """Tokens the engine made after the client had left: wasted work."""
     left_s: float | None = None
     refused: str | None = None
-    """Why the request was refused before its stream began, if it was."""
+    """A `Refusal` value, if the request was refused before its stream began."""
 
     @property
     def ttft_client_s(self) -> float | None:

@@ -17,7 +17,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from scheduler import FinishReason
 
-from .params import SamplingParams
+from ..engine.params import SamplingParams
 
 _MISSING = object()
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from scheduler import Backlog
 
-from .stream_events import HubEvent
+from .events import HubEvent
 
 if TYPE_CHECKING:
     from .hub import Hub

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from .stream_events import Done, Failure, HubEvent, Start, Token
+from ..streams.events import Done, Failure, HubEvent, Start, Token
 from .sse import KEEPALIVE, event_bytes
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, integer,
                          invalid, sampling)

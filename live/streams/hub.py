@@ -21,13 +21,13 @@ from collections import Counter, OrderedDict
 
 from scheduler import Decision, FinishReason, StepSummary
 
-from .engine import Admitted, Engine, EngineEvent, TokenOut
-from .metrics import ServerMetrics
+from ..engine.engine import Admitted, Engine, EngineEvent, TokenOut
+from .prometheus import ServerMetrics
 from .reader_gate import ReaderGate
 from .request_log import RequestLog
-from .serve_config import ServeSettings
+from ..serve_config import ServeSettings
 from .stream import EventGone, Reader, Stream, StreamExists, StreamOver, UnknownStream
-from .stream_events import (ABORTS, COMPLETED, Done, Failure, HubEvent, Start, Timing, Token,
+from .events import (ABORTS, COMPLETED, Done, Failure, HubEvent, Start, Timing, Token,
                             wire_size)
 
 log = logging.getLogger("twinstep.hub")

@@ -11,7 +11,7 @@ import torch
 
 from scheduler import Sequence
 
-from .params import SamplingParams
+from ..engine.params import SamplingParams
 
 
 class Sampler:

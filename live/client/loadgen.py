@@ -30,7 +30,7 @@ from traces.summary import summarize
 
 from .raw_http import PROTOCOL_FAILURES, Connection, IdleTimeout, Response, Target, resolve
 from .sse_parser import Comment, SSEEvent, SSEParser
-from .validation import REQUEST_ID
+from ..server.validation import REQUEST_ID
 
 log = logging.getLogger(__name__)
 

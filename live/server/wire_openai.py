@@ -13,7 +13,7 @@ import time
 
 from scheduler import FinishReason
 
-from .stream_events import COMPLETED, Done, HubEvent, Start, Token
+from ..streams.events import COMPLETED, Done, HubEvent, Start, Token
 from .sse import KEEPALIVE, event_bytes
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, abort_error,
                          boolean, field, integer, invalid, obj, sampling, text_content)

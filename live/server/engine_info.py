@@ -12,9 +12,9 @@ import time
 
 import torch
 
-from .engine import Engine
-from .request_log import RequestLog
-from .serve_config import ServeSettings
+from ..engine.engine import Engine
+from ..streams.request_log import RequestLog
+from ..serve_config import ServeSettings
 
 
 @functools.cache

@@ -7,8 +7,8 @@ import asyncio
 import re
 from typing import Protocol
 
-from .stream import Reader
-from .stream_events import HubEvent
+from ..streams.stream import Reader
+from ..streams.events import HubEvent
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 

@@ -10,7 +10,7 @@ import json
 
 from scheduler import FinishReason
 
-from .stream_events import COMPLETED, Done, HubEvent, Start, Token
+from ..streams.events import COMPLETED, Done, HubEvent, Start, Token
 from .sse import event_bytes
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, abort_error,
                          boolean, field, integer, invalid, sampling, text_content)

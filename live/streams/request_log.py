@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .record_ring import RecordRing
+from ..engine.record_ring import RecordRing
 from .stream import Stream
 
 if TYPE_CHECKING:
-    from .engine import Finished
+    from ..engine.engine import Finished
 
 DEFAULT_RING = 100_000
 """Finished requests kept: a few hundred bytes each."""

@@ -34,17 +34,17 @@ from starlette.routing import Route
 from scheduler import QueueFull, RequestTooLarge, SubmitRefused
 
 from . import wire_anthropic, wire_openai, wire_stream
-from .engine import Engine
+from ..engine.engine import Engine
 from .engine_info import describe
 from .h2_flow import AutoBackpressuredProtocol
-from .hub import Hub
-from .record_ring import RecordsLost
-from .stream import EventGone, Reader, Stream, StreamExists, StreamOver, UnknownStream
-from .stream_events import Done, Token
-from .metrics import CONTENT_TYPE, ServerMetrics
-from .serve_config import ServeSettings
+from ..streams.hub import Hub
+from ..engine.record_ring import RecordsLost
+from ..streams.stream import EventGone, Reader, Stream, StreamExists, StreamOver, UnknownStream
+from ..streams.events import Done, Token
+from ..streams.prometheus import CONTENT_TYPE, ServerMetrics
+from ..serve_config import ServeSettings
 from .sse import EventStreamResponse, wait_for_disconnect
-from .step_loop import StepLoop
+from ..engine.step_loop import StepLoop
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, read_json,
                          request_id)
 
@@ -413,11 +413,11 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
     """Load the model and put an engine around it, as `settings` say."""
     import torch
 
-    from .architectures import kv_layout
-    from .gpu_memory import gpu_kv_blocks
-    from .model_runner import ModelRunner
-    from .models import load_model
-    from .step_log import StepLog
+    from ..runner.architectures import kv_layout
+    from ..runner.gpu_memory import gpu_kv_blocks
+    from ..runner.model_runner import ModelRunner
+    from ..runner.models import load_model
+    from ..engine.step_log import StepLog
 
     dtype = getattr(torch, settings.dtype)
     if settings.threads:
