@@ -47,8 +47,8 @@ if [ "$DEVICE" = cpu ]; then
 fi
 
 timeout "$TEST_TIMEOUT_S" "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" \
-  --junitxml="$OUT/tests.xml" tests/test_gpu_fastpath.py tests/test_triton_attention.py tests/test_triton_compile.py \
-  tests/test_prefill_attention.py tests/test_gpu_memory.py > "$OUT/tests.log" 2>&1
+  --junitxml="$OUT/tests.xml" tests/runner/test_gpu_fastpath.py tests/runner/test_triton_attention.py tests/runner/test_triton_compile.py \
+  tests/runner/test_prefill_attention.py tests/runner/test_gpu_memory.py > "$OUT/tests.log" 2>&1
 tests_rc=$?
 tail -n 15 "$OUT/tests.log"
 

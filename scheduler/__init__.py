@@ -12,7 +12,7 @@ from .errors import (DoubleRelease, InvalidRequest, InvariantBroken, QueueFull,
 from .events import Event, FinishEvent, TokenEvent
 from .plan import PlanFeatures, StepPlan
 from .request import FinishReason, Request, Sequence, SeqState
-from .summary import StepSummary
+from .snapshot import CoreSnapshot
 
 __all__ = [
     "ADMISSION_POLICIES", "AdmissionPolicy", "Optimistic", "ReserveWhole",
@@ -21,5 +21,5 @@ __all__ = [
     "BlockPool", "blocks_for", "Scheduler", "SchedulerConfig",
     "DoubleRelease", "InvalidRequest", "InvariantBroken", "QueueFull", "RequestTooLarge",
     "SubmitRefused", "Event", "FinishEvent", "TokenEvent", "PlanFeatures", "StepPlan",
-    "FinishReason", "Request", "Sequence", "SeqState", "StepSummary",
+    "FinishReason", "Request", "Sequence", "SeqState", "CoreSnapshot",
 ]

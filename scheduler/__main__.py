@@ -26,7 +26,7 @@ def demo(admission: str, chunk: int | None) -> int:
         prefills = ",".join(q.id if q.chunk == q.num_tokens else f"{q.id}({q.chunk})"
                             for q in plan.chunks)
         events = core.commit(plan, [0] * len(plan.sequences))
-        s = core.summary()
+        s = core.snapshot()
         done = [f"{e.seq_id}:{e.reason.value}" for e in events if isinstance(e, FinishEvent)]
         done += [f"{q.id}:preempted" for q in plan.preempted]
         print(f"{plan.index:>4}  {prefills:<10} "

@@ -14,15 +14,15 @@ from .events import Event, FinishEvent, TokenEvent
 from .inbox import Inbox, Wish
 from .plan import PlanFeatures, StepPlan
 from .request import FinishReason, Request, Sequence, SeqState
-from .summary import StepSummary
+from .snapshot import CoreSnapshot
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
     num_blocks: int
     block_size: int = 16
-    max_batch: int = 32
-    max_waiting: int = 1024
+    max_batch: int = 16
+    max_waiting: int = 256
     max_model_len: int | None = None
     max_prefill_tokens: int | None = None
     """Prompt tokens prefilled in one step. Without `chunked_prefill` the first
@@ -196,8 +196,8 @@ class Scheduler:
 
     # -- state ----------------------------------------------------------------
 
-    def summary(self) -> StepSummary:
-        return StepSummary(
+    def snapshot(self) -> CoreSnapshot:
+        return CoreSnapshot(
             step=self._steps,
             running=len(self._running) - self._paused_admitted,
             waiting=len(self._waiting) - self._paused_waiting,

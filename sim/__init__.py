@@ -3,7 +3,7 @@ costs from a fitted profile, simulated clients (readers, leavers, transport
 buffers) and per-request outcomes in the schema the live client writes."""
 from .cost_model import FEATURES, ConstantCost, CostModel, LinearCost
 from .fit import FitReport, fit, load_step_log
-from .metrics import summarize_replay
+from .summary import summarize_replay
 from .overheads import Overheads
 from .profile import (Profile, build_profile, load_profile, regenerate_cpu_smollm2_profile,
                       save_profile)

@@ -23,7 +23,7 @@ from traces.outcome import RequestOutcome
 from traces.record import ReadMode, TraceRequest
 
 from .overheads import Overheads
-from .transport import Stream
+from .connection import Connection
 
 if TYPE_CHECKING:
     from .hub import Hub
@@ -38,7 +38,7 @@ class SimClient:
     or when it left."""
 
     __slots__ = ("env", "request", "behaviour", "hub", "request_s", "instant",
-                 "leave_after_tokens", "leaves_after_index", "outcome", "stream", "done",
+                 "leave_after_tokens", "leaves_after_index", "outcome", "connection", "done",
                  "runs", "next_run", "run_end", "_readable")
 
     def __init__(self, env: simpy.Environment, request: TraceRequest, hub: Hub,
@@ -59,7 +59,7 @@ class SimClient:
         """The index of the token after which it leaves; -1 if no token count makes it leave."""
         self.outcome = RequestOutcome(request.id, request.arrival_s, request.prompt_tokens,
                                       request.max_new_tokens)
-        self.stream: Stream | None = None
+        self.connection: Connection | None = None
         """Set by the hub when the request is accepted."""
         self.done = False
         """Reads nothing more: refused, left, or read the last event."""
@@ -113,13 +113,13 @@ class SimClient:
             index, step = self.runs[-1]
             taken = index + len(self.hub.step_times) - step
             self._took_steps(taken if self.run_end is None else min(taken, self.run_end))
-        if self.stream is None:
+        if self.connection is None:
             o.finish_reason = FinishReason.CANCELLED.value  # never reached the engine
         else:
             self.hub.client_left(self)
 
     def _read(self):
-        env, stream, behaviour = self.env, self.stream, self.behaviour
+        env, stream, behaviour = self.env, self.connection, self.behaviour
         per_event = behaviour.read is ReadMode.PER_EVENT
         while not self.done:
             if not stream.buffer:

@@ -19,7 +19,7 @@ from scheduler import (BacklogPolicy, Decision, Event, FinishEvent, FinishReason
                        Scheduler, Sequence, TokenEvent)
 
 from .overheads import Overheads
-from .transport import Stream
+from .connection import Connection
 from .wire import WireFormat
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class Hub:
         r = client.request
         # it asks for what max_tokens_factor says; its payload is where the model stops
         self.core.submit(Request(r.id, r.prompt_tokens, self._asked(r), r.max_new_tokens))
-        client.stream = Stream(self.overheads.transport_bytes, self.env.now)
+        client.connection = Connection(self.overheads.transport_bytes, self.env.now)
         self.clients[r.id] = client
         if client.instant:
             self.instant_readers[r.id] = client
@@ -146,7 +146,7 @@ class Hub:
                         reader.leave()
                     continue
             client = clients[event.seq_id]
-            stream = client.stream
+            stream = client.connection
             if stream.closed:
                 self.events_discarded += 1
                 continue
@@ -176,7 +176,7 @@ class Hub:
     # -- from the clients -------------------------------------------------------
 
     def after_take(self, client: SimClient) -> None:
-        if not client.stream.queue:
+        if not client.connection.queue:
             self._unbacklog(client)
         self._decide(client, self.env.now)
 
@@ -195,7 +195,7 @@ class Hub:
         """The server notices the client has gone: it drops what it had not sent and,
         if the sequence is still going, cancels it, or with a resume grace pauses it
         and cancels it when the grace runs out."""
-        stream = client.stream
+        stream = client.connection
         stream.discard_queue()
         self._unbacklog(client)
         if not stream.closed:
@@ -217,7 +217,7 @@ class Hub:
     def _decide(self, client: SimClient, now: float) -> None:
         """Apply the policy to one stream. A closed stream has nothing left to
         decide: its sequence has finished or is being cancelled."""
-        stream = client.stream
+        stream = client.connection
         if stream.closed:
             return
         decision = self.policy.decide(stream.backlog(), now)
@@ -242,7 +242,7 @@ class Hub:
             return
         self._stall_checks.add(client)
         now, interval = self.env.now, self.stall_check_s
-        due = max(now, client.stream.backlog().last_read + self.policy.stall_timeout_s)
+        due = max(now, client.connection.backlog().last_read + self.policy.stall_timeout_s)
         tick = (math.floor(due / interval) + 1) * interval
         if tick <= now:  # float rounding
             tick += interval
@@ -250,10 +250,10 @@ class Hub:
 
     def _check_stall(self, client: SimClient) -> None:
         self._stall_checks.discard(client)
-        if client not in self.backlogged or client.stream.closed:
+        if client not in self.backlogged or client.connection.closed:
             return  # the reader caught up or the stream ended: nothing to watch
         self._decide(client, self.env.now)
-        if not client.stream.closed:
+        if not client.connection.closed:
             self._watch_stall(client)
 
     def _drop(self, client: SimClient, now: float) -> None:
@@ -263,7 +263,7 @@ class Hub:
         seq = self.core.sequence(seq_id)
         self.core.cancel(seq_id, FinishReason.SLOW_CLIENT)
         client.outcome.finish_reason = FinishReason.SLOW_CLIENT.value
-        stream = client.stream
+        stream = client.connection
         stream.discard_queue()
         stream.closed = True
         stream.put(FinishEvent(seq_id, FinishReason.SLOW_CLIENT, len(seq.output) if seq else 0),

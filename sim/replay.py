@@ -15,7 +15,7 @@ from traces.summary import Summary
 from .client import SimClient
 from .engine import SimEngine
 from .hub import Hub
-from .metrics import summarize_replay
+from .summary import summarize_replay
 from .settings import ReplaySetup
 from .timeseries import TimeSeries
 
@@ -74,14 +74,14 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
         env.process(_tell_progress(env, arriving, progress))
     env.run()
     if not core.is_drained():
-        raise ReplayNotDrained(f"the core is not drained after the replay: {core.summary()}")
+        raise ReplayNotDrained(f"the core is not drained after the replay: {core.snapshot()}")
     stuck = [c.request.id for c in clients if not c.done]
     if stuck:
         raise ReplayNotDrained(f"{len(stuck)} clients never saw their stream end, e.g. {stuck[:5]}")
     outcomes = [c.outcome for c in clients]
     summary = summarize_replay(outcomes, series, preemptions=core.preemptions,
                                recomputed_tokens=core.recomputed_tokens)
-    return Replay(outcomes, series, summary, core.summary().step, hub.events_discarded,
+    return Replay(outcomes, series, summary, core.snapshot().step, hub.events_discarded,
                   time.perf_counter() - started)
 
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import Counter, OrderedDict
 
-from scheduler import Decision, FinishReason, StepSummary
+from scheduler import Decision, FinishReason, CoreSnapshot
 
 from ..engine.engine import Admitted, Engine, EngineEvent, TokenOut
 from .prometheus import ServerMetrics
@@ -83,15 +83,15 @@ class Hub:
         # idle while the last tokens are still on their way to the streams.
         self._loop.call_soon_threadsafe(self._take_view, self._core_view())
 
-    def _take_view(self, view: tuple[StepSummary, int, int]) -> None:
+    def _take_view(self, view: tuple[CoreSnapshot, int, int]) -> None:
         self._between_steps = view
 
-    def _core_view(self) -> tuple[StepSummary, int, int]:
+    def _core_view(self) -> tuple[CoreSnapshot, int, int]:
         pool = self.engine.core.pool
-        return self.engine.core.summary(), pool.reservations, pool.releases
+        return self.engine.core.snapshot(), pool.reservations, pool.releases
 
     @property
-    def snapshot(self) -> StepSummary:
+    def snapshot(self) -> CoreSnapshot:
         """The core's state after the last step."""
         return self._between_steps[0]
 

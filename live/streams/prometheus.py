@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from scheduler import FinishReason, StepSummary
+from scheduler import FinishReason, CoreSnapshot
 
 # from a fast local step (1 ms) to a long queue (a minute)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -72,7 +72,7 @@ class ServerMetrics:
     def wasted_token(self) -> None:
         self.wasted_tokens.inc()
 
-    def exposition(self, summary: StepSummary, num_blocks: int) -> bytes:
+    def exposition(self, summary: CoreSnapshot, num_blocks: int) -> bytes:
         """The text format, with the gauges read from the latest step summary and
         the core's own counts carried into their counters."""
         self.preemptions.inc(summary.preemptions - self._carried[0])

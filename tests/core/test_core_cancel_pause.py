@@ -83,7 +83,7 @@ def test_pause_keeps_slot_and_blocks_and_skips_decode():
         plan, _ = step(core)
         assert [s.id for s in plan.decodes] == ["r1"]
         assert [s.id for s in plan.prefills] == []  # r0 keeps its slot: r2 cannot come in
-    s = core.summary()
+    s = core.snapshot()
     assert (s.running, s.paused, s.waiting) == (1, 1, 1)
     assert core.pool.reserved_blocks == reserved
     assert len(core.sequence("r0").output) == 1

@@ -26,7 +26,7 @@ def builds() -> list[dict]:
     args = [str(a) for arch, dtype, model, block_size in BUILDS
             for a in (arch, dtype, *SHAPES[model], block_size)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(Path(__file__).parent / "kernel_build.py"), *args],
+    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "kernel_build.py"), *args],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines()]

@@ -29,7 +29,7 @@ def scanned_decodes(core, prefills):
 def check_counts(core):
     states = [s.state for s in core.running]
     waiting = [s.state for s in core.waiting]
-    summary = core.summary()
+    summary = core.snapshot()
     assert core.num_paused == states.count(SeqState.PAUSED)
     assert summary.running == states.count(SeqState.RUNNING)
     assert summary.waiting == waiting.count(SeqState.WAITING)

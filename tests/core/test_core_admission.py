@@ -1,7 +1,7 @@
 import pytest
 
 from scheduler import (BlockPool, DoubleRelease, FinishReason, InvalidRequest, QueueFull, Request,
-                       RequestTooLarge, StepSummary)
+                       RequestTooLarge, CoreSnapshot)
 
 from core_helpers import drain, finishes, make_core, req, step, tokens_of
 
@@ -30,7 +30,7 @@ def test_batch_limit_holds():
     while core.has_work():
         plan, _ = step(core)
         seen_max = max(seen_max, len(plan.sequences))
-        assert core.summary().running <= 3
+        assert core.snapshot().running <= 3
     assert seen_max == 3
     assert core.is_drained()
 
@@ -120,15 +120,15 @@ def test_summary_after_each_step():
     core.submit(req(1, prompt=4, new=8))  # 3 blocks
     core.submit(req(2, prompt=4, new=2))  # 2 blocks
     step(core)
-    assert core.summary() == StepSummary(step=1, running=2, waiting=1, paused=0, blocks_free=5,
+    assert core.snapshot() == CoreSnapshot(step=1, running=2, waiting=1, paused=0, blocks_free=5,
                                          blocks_reserved=5, blocks_used=2, inbox=0)
     step(core)  # r0 finishes (2 tokens)
-    assert core.summary() == StepSummary(step=2, running=1, waiting=1, paused=0, blocks_free=7,
+    assert core.snapshot() == CoreSnapshot(step=2, running=1, waiting=1, paused=0, blocks_free=7,
                                          blocks_reserved=3, blocks_used=2, inbox=0)
     core.pause("r1")
-    assert core.summary().inbox == 1
+    assert core.snapshot().inbox == 1
     step(core)  # r2 admitted, r1 paused
-    assert core.summary() == StepSummary(step=3, running=1, waiting=0, paused=1, blocks_free=5,
+    assert core.snapshot() == CoreSnapshot(step=3, running=1, waiting=0, paused=1, blocks_free=5,
                                          blocks_reserved=5, blocks_used=3, inbox=0)
 
 

@@ -144,7 +144,7 @@ def test_a_paused_sequence_may_be_preempted_and_resumes_by_recompute():
         step(core)
     plan, _ = step(core)  # old's 9th token needs a third block: paused new is the newest
     assert core.preemptions == 1 and [s.id for s in core.waiting] == ["new"]
-    assert core.waiting[0].state is SeqState.PAUSED and core.summary().paused == 1
+    assert core.waiting[0].state is SeqState.PAUSED and core.snapshot().paused == 1
     while core.num_admitted:  # old finishes; new stays paused in the queue
         step(core)
     assert core.num_waiting == 1 and core.pool.is_whole()

@@ -51,7 +51,7 @@ def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, m
             if isinstance(e, FinishEvent):
                 assert e.seq_id not in finished
                 finished[e.seq_id] = e.reason
-        summary = core.summary()
+        summary = core.snapshot()
         assert summary.blocks_free + summary.blocks_reserved == num_blocks
         assert sum(s.reserved for s in core.running) == summary.blocks_reserved
         assert all(not s.reserved and not s.block_table for s in core.waiting)

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class StepSummary:
+class CoreSnapshot:
     step: int
     running: int
     waiting: int

@@ -8,7 +8,7 @@ from collections import deque
 from scheduler import Backlog, Event
 
 
-class Stream:
+class Connection:
     __slots__ = ("capacity", "queue", "queued_bytes", "buffer", "buffer_bytes",
                  "last_take", "paused", "closed")
 

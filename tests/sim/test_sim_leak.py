@@ -90,7 +90,7 @@ def peak_in_flight(outcomes) -> int:
 def test_every_block_and_sequence_comes_back(policy):
     trace, result, watch = run(policy)
     core = watch.core
-    s = core.summary()
+    s = core.snapshot()
     assert (s.running, s.waiting, s.paused, s.inbox) == (0, 0, 0, 0)
     assert (s.blocks_free, s.blocks_reserved, s.blocks_used) == (NUM_BLOCKS, 0, 0)
     assert core.pool.is_whole()

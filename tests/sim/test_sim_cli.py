@@ -19,7 +19,7 @@ from sim.replay import PROGRESS_TICKS
 from traces import SAMPLES_DIR, load_trace
 from traces.outcome import read_outcomes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_sim(*args):

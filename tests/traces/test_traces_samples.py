@@ -9,8 +9,8 @@ import pytest
 
 from traces import SAMPLES_DIR, Client, load_trace, read_trace
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="no shared traces folder")
 
 

@@ -14,7 +14,7 @@ from sim.profile import CPU_SMOLLM2
 from sim.sweep import sweep
 from traces import SAMPLES_DIR, load_trace, shape
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MIXED = SAMPLES_DIR / "mixed.jsonl"
 GRID = ["--param", "policy=unbounded,pause_then_drop", "--param", "max_batch=2,16",
         "--param", "rate_scale=1,3", "--param", "num_blocks=64",

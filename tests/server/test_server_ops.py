@@ -92,7 +92,7 @@ def test_graceful_shutdown_ends_every_open_stream_with_a_last_event_and_a_whole_
     for client in (ours, chat, message, whole):
         client.close()
     assert engine.core.is_drained()
-    summary = engine.core.summary()
+    summary = engine.core.snapshot()
     assert summary.blocks_reserved == summary.blocks_used == 0
 
 
@@ -117,7 +117,7 @@ def test_python_m_live_serve_stops_gracefully_on_sigterm(smollm2, tmp_path):
 
 
 def test_python_m_live_serve_refuses_settings_that_make_no_sense():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for args in (["--policy", "bogus"], ["--max-batch", "0"], ["--max-prefill-tokens", "0"]):
         result = subprocess.run([sys.executable, "-m", "live", "serve", *args], cwd=root,
                                 capture_output=True, text=True, timeout=60)

@@ -11,7 +11,7 @@ import pytest
 from sim import ConstantCost, build_setup, replay
 from traces import TraceRequest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def trace():

@@ -43,7 +43,7 @@ def test_cancel_and_pause_mid_run_hold_and_free_blocks(engine):
     assert core.pool.reserved_blocks == 13
     engine.pause("a")
     engine.step()
-    assert core.summary().paused == 1 and core.pool.reserved_blocks == 13
+    assert core.snapshot().paused == 1 and core.pool.reserved_blocks == 13
     a_tokens = len(core.sequence("a").output)
     events = engine.step()
     assert [e.seq_id for e in events if isinstance(e, TokenOut)] == ["b"]
@@ -114,16 +114,16 @@ def test_step_loop_delivers_batches_and_sleeps_when_idle(engine):
     loop.start()
     engine.submit("a", [1, 2, 3], 6)
     assert done.wait(30)
-    steps_when_done = engine.core.summary().step
+    steps_when_done = engine.core.snapshot().step
     # idle: the loop waits on the inbox instead of planning empty steps
     assert not engine.core.inbox.wait(timeout=0.3)
-    assert engine.core.summary().step == steps_when_done
+    assert engine.core.snapshot().step == steps_when_done
     engine.submit("b", [1, 2], 2)
     engine.pause("b")  # all paused: nothing can run, and the loop must not spin
     threading.Event().wait(0.3)
-    stalled = engine.core.summary().step
+    stalled = engine.core.snapshot().step
     threading.Event().wait(0.3)
-    assert engine.core.summary().step == stalled
+    assert engine.core.snapshot().step == stalled
     engine.cancel("b")
     for _ in range(300):
         if engine.core.is_drained():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from traces import SAMPLES_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ("outcomes.jsonl", "summary.json", "timeseries.jsonl")
 
 

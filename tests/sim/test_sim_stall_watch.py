@@ -46,7 +46,7 @@ class Watch:
         yield
 
     def assert_whole(self, admitted: int) -> None:
-        s = self.core.summary()
+        s = self.core.snapshot()
         assert (s.running, s.waiting, s.paused, s.inbox) == (0, 0, 0, 0)
         assert (s.blocks_free, s.blocks_reserved) == (NUM_BLOCKS, 0)
         assert self.core.pool.is_whole()

@@ -46,7 +46,7 @@ def test_pause_keeps_slot_and_blocks_then_resumes():
     def probe(env, core):
         yield env.timeout(3.0)
         seq = core.sequence("s")
-        seen.update(summary=core.summary(), state=seq.state, made=len(seq.output))
+        seen.update(summary=core.snapshot(), state=seq.state, made=len(seq.output))
 
     trace = [slow("s", pause_s=0.875, new=8, prompt=40)]
     result = replay(trace, setup(Pause(max_queued=2, resume_at=0)), probe=probe)
