@@ -3,67 +3,47 @@ from the live server on the same trace."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
 import httpx
 
 from live.server.engine_info import hardware_name
+from scheduler.flags import OneLineErrors, add_flags, given
+from scheduler.settings import SERVER, SHARED, ServeSettings, scoped
 from sim import load_profile
 from traces import SAMPLES_DIR, load_trace
 
 from .calibrate import cached_profile_path, calibrate
 from .compare import compare
+from .hardware import model_name
 from .live_target import LiveTarget
 from .plots import write_plots
 from .report import rows, text_table, write_report
-from .serve_options import BadServeOptions, ServeOptions
 from .server_info import SettingsDisagree
 
 DEFAULT_TRACE = SAMPLES_DIR / "mixed.jsonl"
+STARTED = scoped(SHARED, SERVER)
+"""The settings of a server the analysis starts: all but its address, which it picks."""
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
-    d = ServeOptions()
     p.add_argument("--url", help="a server already running (http://host:port[/prefix]): none is "
                                  "started, its settings are read from it, and serve flags "
-                                 "given must agree with them")
-    g = p.add_argument_group("the server to start (the same settings drive the simulator)")
+                                 "given must agree with those it was started with")
     # Unset flags stay absent, so that with --url only those given are checked.
-    unset = argparse.SUPPRESS
-    g.add_argument("--model", default=unset,
-                   help="HF directory or .gguf (default: the embedded SmolLM2)")
-    g.add_argument("--device", default=unset, choices=["cpu", "cuda"], help=f"(default: {d.device})")
-    g.add_argument("--dtype", default=unset, choices=["float32", "bfloat16"],
-                   help=f"(default: {d.dtype})")
-    g.add_argument("--threads", type=int, default=unset,
-                   help=f"torch threads in the server (default: {d.threads})")
-    for name, kind in (("max_batch", int), ("num_blocks", int), ("block_size", int),
-                       ("max_waiting", int), ("max_prefill_tokens", int), ("admission", str),
-                       ("policy", str), ("max_queued", int), ("stall_timeout_s", float)):
-        g.add_argument(f"--{name.replace('_', '-')}", type=kind, default=unset,
-                       help=f"(default: {getattr(d, name)})")
-    g.add_argument("--gpu-memory-fraction", type=float, default=unset, metavar="F",
-                   help="on CUDA: size the KV pool from this share of the GPU's memory, "
-                        "instead of --num-blocks")
-    g.add_argument("--chunked-prefill", action="store_true", default=unset,
-                   help="cut prompts into chunks of --max-prefill-tokens, prefilled a step at a "
-                        "time beside the decodes")
-    g.add_argument("--eager", action="store_true", default=unset,
-                   help="on CUDA: decode eagerly rather than from CUDA graphs")
+    add_flags(p.add_argument_group("the server to start (python -m live serve's settings, "
+                                   "with its defaults; those it shares drive the simulator)"),
+              ServeSettings, STARTED, absent_unless_given=True)
     p.add_argument("--out", type=Path, default=Path("runs/twin"), help="where reports go")
 
 
-def _server(args) -> ServeOptions | str:
+def _server(args) -> ServeSettings | str:
     """The settings to start a server with, or the URL of one running whose
     settings agree with every serve flag given."""
-    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeOptions)
-             if hasattr(args, f.name)}
+    flags = given(args, ServeSettings, STARTED)
     if args.url is None:
-        if "gpu_memory_fraction" in flags:
-            flags.setdefault("num_blocks", None)  # the fraction sizes the pool
-        return ServeOptions(**flags)
+        return ServeSettings(**flags)
     with LiveTarget(args.url) as target:
         disagree = target.info.disagreements(flags)
     if disagree:
@@ -85,22 +65,21 @@ def _calibration_options(p: argparse.ArgumentParser) -> None:
                    "servers much faster than a small model on a CPU, e.g. 0.25 on a GPU)")
 
 
-def _profile_key(server: ServeOptions | str) -> tuple[str, str, str]:
+def _profile_key(server: ServeSettings | str) -> tuple[str, str, str]:
     """The hardware, model and dtype a cached profile of `server` is named after."""
     if isinstance(server, str):
         with LiveTarget(server) as target:
             return target.info.hardware, target.info.model, target.info.dtype
-    return hardware_name(server.device), server.model_name, server.dtype
+    return hardware_name(server.device), model_name(server.model), server.dtype
 
 
-def run_calibrate(args) -> int:
-    _, path = calibrate(_server(args), args.out, time_scale=args.calibration_time_scale)
+def run_calibrate(args, server: ServeSettings | str) -> int:
+    _, path = calibrate(server, args.out, time_scale=args.calibration_time_scale)
     print(f"profile written to {path}")
     return 0
 
 
-def run_compare(args) -> int:
-    server = _server(args)
+def run_compare(args, server: ServeSettings | str) -> int:
     trace = load_trace(args.trace)
     if args.profile:
         profile = load_profile(args.profile)
@@ -117,7 +96,7 @@ def run_compare(args) -> int:
     info = comparison.server
     header = (f"Trace `{args.trace}` ({len(trace)} requests); model {info.model} on "
               f"{info.hardware}, {info.dtype}; max batch {info.scheduler['max_batch']}, policy "
-              f"{info.policy['name']}. Profile fitted on {profile.steps} steps (held-out MAPE "
+              f"{info.settings['policy']}. Profile fitted on {profile.steps} steps (held-out MAPE "
               f"{profile.fit['mape']:.1%}) on {profile.hardware}.")
     report = write_report(comparison, table, args.out, header, plots)
     print()
@@ -126,8 +105,8 @@ def run_compare(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
+def parser() -> OneLineErrors:
+    parser = OneLineErrors(prog="python -m analysis", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("calibrate", help="serve, drive, fit a step-cost profile")
     _serve_options(p)
@@ -142,14 +121,21 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--profile", help="a profile JSON; none: calibrate here (cached)")
         _calibration_options(p)
         p.set_defaults(func=run_compare, recalibrate=recalibrate)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
-        return args.func(args)
-    except (SettingsDisagree, BadServeOptions) as exc:
-        print(f"python -m analysis: {exc}", file=sys.stderr)
-        return 2
+        try:
+            server = _server(args)  # before anything starts
+        except ValueError as exc:  # settings that cannot go together, or that a server does not run
+            print(f"python -m analysis {args.command}: {exc}", file=sys.stderr)
+            return 2
+        return args.func(args, server)
     except httpx.HTTPError as exc:
-        print(f"python -m analysis: the server did not answer as expected: {exc}", file=sys.stderr)
+        print(f"python -m analysis {args.command}: the server did not answer as expected: {exc}",
+              file=sys.stderr)
         return 2
 
 

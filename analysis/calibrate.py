@@ -11,12 +11,12 @@ from pathlib import Path
 
 from live.client.loadgen import LiveReplay, replay as live_replay
 from live.runner.models import cache_root
+from scheduler.settings import ServeSettings
 from sim import Profile, build_profile, save_profile
 from traces import TraceRequest
 
 from .hardware import profile_name, short_dtype
 from .live_target import live_target
-from .serve_options import ServeOptions
 from .workloads import calibration_workload
 
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
@@ -27,7 +27,7 @@ def cached_profile_path(hardware: str, model: str, dtype: str) -> Path:
     return cache_root() / "profiles" / f"{profile_name(hardware, model, dtype)}.json"
 
 
-def calibrate(server: ServeOptions | str, out_dir: Path,
+def calibrate(server: ServeSettings | str, out_dir: Path,
               workload: list[TraceRequest] | None = None, log=print,
               time_scale: float = 1.0) -> tuple[Profile, Path]:
     """`server`: the settings to start one with, or the URL of one running.

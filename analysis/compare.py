@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from live.client.loadgen import replay as live_replay
+from scheduler.settings import ServeSettings
 from sim import Profile, TimeSeries, build_setup, replay as sim_replay, summarize_replay
 from traces import TraceRequest
 from traces.outcome import RequestOutcome, write_outcomes
@@ -19,7 +20,6 @@ from traces.summary import Summary
 
 from .live_series import series_from_steps
 from .live_target import live_target
-from .serve_options import ServeOptions
 from .server_info import ServerInfo
 
 
@@ -39,7 +39,7 @@ class Comparison:
     """What the live server ran; the simulator ran the same settings."""
 
 
-def compare(trace: list[TraceRequest], profile: Profile, server: ServeOptions | str,
+def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings | str,
             out_dir: Path, log=print) -> Comparison:
     """`server`: the settings to start one with, or the URL of one running."""
     out_dir.mkdir(parents=True, exist_ok=True)

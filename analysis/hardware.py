@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+from live.runner.models import EMBEDDED_NAME
 
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -17,3 +20,12 @@ def profile_name(hardware: str, model: str, dtype: str) -> str:
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def model_name(spec: str | None) -> str:
+    """The name a server gives the model of `--model spec` (a .gguf file's stem, a
+    directory's name), known before it loads."""
+    if spec is None:
+        return EMBEDDED_NAME
+    path = Path(spec)
+    return path.stem if spec.endswith(".gguf") else path.name

@@ -1,6 +1,6 @@
 """The live server a calibration or a comparison drives: one the analysis starts
-(`ServeOptions`), or one already running at a URL, maybe on another host behind a
-gateway. Either way it is known by what it says over HTTP: `/v1/engine` for what
+with `ServeSettings`, or one already running at a URL, maybe on another host behind
+a gateway. Either way it is known by what it says over HTTP: `/v1/engine` for what
 it runs, `/v1/steps` for its step records, `/v1/requests` for what its engine did
 for each request."""
 from __future__ import annotations
@@ -13,8 +13,10 @@ from pathlib import Path
 
 import httpx
 
-from .serve_options import ServeOptions
-from .serve_process import live_server
+from live.client.launch import launched
+from scheduler.flags import as_argv
+from scheduler.settings import ServeSettings
+
 from .server_info import ServerInfo
 
 CLOCK_PROBES = 5
@@ -100,10 +102,10 @@ class LiveTarget:
 
 
 @contextlib.contextmanager
-def live_target(server: ServeOptions | str, log_path: Path) -> Iterator[LiveTarget]:
+def live_target(server: ServeSettings | str, log_path: Path) -> Iterator[LiveTarget]:
     """`server` is the settings to start one with (its output goes to `log_path`),
     or the URL of one already running, which is left running."""
     with contextlib.ExitStack() as stack:
         url = server if isinstance(server, str) else stack.enter_context(
-            live_server(server.serve_args(), log_path))
+            launched(as_argv(server), log=log_path)).url
         yield stack.enter_context(LiveTarget(url))

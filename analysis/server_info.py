@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .serve_options import ServeOptions
+from scheduler.flags import flag
+from scheduler.settings import SHARED, scoped
+
+from .hardware import model_name
 
 
 class SettingsDisagree(ValueError):
@@ -15,18 +18,12 @@ class SettingsDisagree(ValueError):
 @dataclass(frozen=True)
 class ServerInfo:
     model: str
-    device: str
-    dtype: str
     hardware: str
     torch_threads: int
     scheduler: dict
-    """`SchedulerConfig` fields: num_blocks, block_size, max_batch, max_waiting, …"""
-    policy: dict
-    """The backlog policy's name and its parameters."""
-    streams: dict
-    """The hub's settings: max_queued, stall_timeout_s, resume_grace_s, keepalive_s, …"""
-    runner: dict
-    """How the model runs: gpu_memory_fraction (None unless it sized the pool), eager."""
+    """`SchedulerConfig` as the core runs it: the pool as sized, the model's context."""
+    settings: dict
+    """The `ServeSettings` it was started with, by name."""
     steps: dict
     """The step ring: its size and the newest step."""
     requests: dict
@@ -40,36 +37,30 @@ class ServerInfo:
             raise ValueError(f"the server's /v1/engine lacks {', '.join(missing)}")
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
-    def serve_flags(self) -> dict:
-        """What each of `ServeOptions`' settings is on this server."""
-        return {"model": self.model, "device": self.device, "dtype": self.dtype,
-                "threads": self.torch_threads, "max_batch": self.scheduler["max_batch"],
-                "num_blocks": self.scheduler["num_blocks"],
-                "gpu_memory_fraction": self.runner["gpu_memory_fraction"],
-                "eager": self.runner["eager"],
-                "block_size": self.scheduler["block_size"],
-                "max_waiting": self.scheduler["max_waiting"],
-                "max_prefill_tokens": self.scheduler["max_prefill_tokens"],
-                "chunked_prefill": self.scheduler["chunked_prefill"],
-                "admission": self.scheduler["admission"],
-                "policy": self.policy["name"],
-                "max_queued": self.streams["max_queued"],
-                "stall_timeout_s": self.streams["stall_timeout_s"]}
+    @property
+    def device(self) -> str:
+        return self.settings["device"]
+
+    @property
+    def dtype(self) -> str:
+        return self.settings["dtype"]
 
     def disagreements(self, flags: dict) -> list[str]:
-        """Each of `flags` (`ServeOptions` fields, given on the command line) that
-        this server does not run, as `--flag value (the server runs …)`."""
-        server = self.serve_flags()
+        """Each of `flags` (`ServeSettings` fields given on the command line) that
+        this server was not started with, as `--flag value (the server runs …)`. A
+        model is known by its name, wherever its files lie."""
         out = []
-        for name, value in flags.items():
-            asked = ServeOptions(model=value).model_name if name == "model" else value
-            if asked != server[name]:
-                out.append(f"--{name.replace('_', '-')} {value} (the server runs {server[name]})")
+        for name, asked in flags.items():
+            runs = self.settings[name]
+            if name == "model":
+                asked, runs = model_name(asked), self.model
+            if asked != runs:
+                out.append(f"{flag(name)} {flags[name]} (the server runs {runs})")
         return out
 
     def sim_settings(self) -> dict:
-        """Flat settings for `sim.build_setup`: the scheduler's, the policy's, the
-        padding the server adds to every event and its resume grace."""
-        parameters = {k: v for k, v in self.policy.items() if k != "name"}
-        return dict(policy=self.policy["name"], event_padding=self.streams["event_padding"],
-                    resume_grace_s=self.streams["resume_grace_s"], **self.scheduler, **parameters)
+        """Flat settings for `sim.build_setup`: those it shares with the simulator,
+        with the pool and the context as the core runs them."""
+        return {**{name: self.settings[name] for name in scoped(SHARED)},
+                "num_blocks": self.scheduler["num_blocks"],
+                "max_model_len": self.scheduler["max_model_len"]}

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_sim import AZURE_CONV, GPU_COST, GPU_ENGINE  # noqa: E402
-from sim.replay import ReplaySetup, replay  # noqa: E402
+from sim import ReplaySetup, replay  # noqa: E402
 from traces import load_trace  # noqa: E402
 
 POLICIES = ("reserve", "optimistic")

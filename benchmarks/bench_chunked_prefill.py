@@ -19,11 +19,11 @@ import time
 
 import torch
 
-from live.engine.engine import Admitted, Engine, TokenOut
+from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
 from live.runner.models import load_model
-from live.engine.params import SamplingParams
-from scheduler import SchedulerConfig
+from live.runner.params import SamplingParams
+from scheduler import SchedulerConfig, TokenEvent
 
 DECODERS, DECODER_PROMPT, DECODER_NEW = 8, 32, 400
 LONG_PROMPT = 512
@@ -47,13 +47,12 @@ def one_run(loaded, ids: list[int], budget: int | None) -> dict[str, float]:
     steps, admitted, first = [], None, None
     while first is None:
         t0 = time.perf_counter()
-        events = engine.step()
+        output = engine.step()
         steps.append(time.perf_counter() - t0)
-        for e in events:
-            if isinstance(e, Admitted) and e.seq_id == "long":
-                admitted = len(steps) - 1
-            elif isinstance(e, TokenOut) and e.seq_id == "long":
-                first = len(steps)
+        if "long" in output.admitted:
+            admitted = len(steps) - 1
+        if any(isinstance(e, TokenEvent) and e.seq_id == "long" for e in output.events):
+            first = len(steps)
     prefill = steps[admitted:first]
     return {"longest_step_s": max(prefill), "to_first_token_s": sum(prefill), "steps": len(prefill)}
 

@@ -24,7 +24,7 @@ from transformers import GenerationConfig
 from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
 from live.runner.models import load_model
-from live.engine.params import SamplingParams
+from live.runner.params import SamplingParams
 from live.engine.step_log import StepLog
 from scheduler import SchedulerConfig
 

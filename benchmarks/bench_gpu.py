@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from live.runner.architectures import kv_layout  # noqa: E402
 from live.runner.gpu_memory import gpu_kv_blocks  # noqa: E402
 from live.runner.model_runner import ModelRunner  # noqa: E402
-from live.engine.params import GenerationInput, SamplingParams  # noqa: E402
+from live.runner.params import GenerationInput, SamplingParams  # noqa: E402
 from scheduler import Request, Scheduler, SchedulerConfig  # noqa: E402
 
 log = logging.getLogger("bench_gpu")

@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduler import Pause, SchedulerConfig  # noqa: E402
+from sim import ReplaySetup, replay  # noqa: E402
 from sim.cost_model import LinearCost  # noqa: E402
 from sim.profile import Profile, save_profile  # noqa: E402
-from sim.replay import ReplaySetup, replay  # noqa: E402
 from traces import (ClientMix, LeaveHow, TraceRequest, Uniform, generate, load_trace,  # noqa: E402
                     write_trace)
 
@@ -84,7 +84,7 @@ def workloads(azure: Path) -> list[Workload]:
                     output_lengths=Uniform(16, 383),
                     clients=ClientMix(slow=0.1, slow_pause_s=0.05, leave=0.05,
                                       leave_after_tokens=64, leave_how=LeaveHow.RST))
-    pause = ["--policy", "pause", "--max-queued", "32"]
+    pause = ["--max-queued", "32"]
     return [
         Workload("azure hour, fast readers", hour, gpu, [], source=azure),
         Workload("azure hour, 10% slow, 20% leave", with_clients(hour, MIXED_CLIENTS), gpu, []),
@@ -118,8 +118,9 @@ def time_command_line(work: Workload, trace_file: Path, tmp: Path,
     profile = profile_file(work.setup.cost, config, tmp / "profile.json")
     out = tmp / "out"
     command = [sys.executable, "-m", "sim", "replay", "--trace", str(trace_file),
-               "--profile", str(profile), "--max-waiting", str(config.max_waiting),
-               *work.cli_options, "--out", str(out)]
+               "--profile", str(profile), "--max-batch", str(config.max_batch),
+               "--block-size", str(config.block_size), "--max-waiting", str(config.max_waiting),
+               "--policy", work.setup.policy.name, *work.cli_options, "--out", str(out)]
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()

@@ -17,8 +17,9 @@ from transformers import AutoTokenizer
 
 from live.engine.engine import Engine
 from live.runner.models import embedded_gguf, gguf_cache
-from live.serve_config import ServeSettings
-from live.server.app import LiveServer, create_app
+from scheduler.settings import ServeSettings
+from live.server.app import create_app
+from live.server.uvicorn_server import LiveServer
 from live.server.validation import ServedModel
 from scheduler import SchedulerConfig
 

@@ -1,14 +1,10 @@
-"""A server under measurement, in its own process: started on a free port, waited
-for until healthy, watched (CPU time, by thread; RSS; /stats) and stopped with
-SIGTERM. Also the tiny random model the server benchmarks serve."""
+"""A server under measurement, in its own process (`live.client.launch`): watched
+(CPU time, by thread; RSS; /stats) and stopped with SIGTERM. Also the tiny random
+model the server benchmarks serve."""
 from __future__ import annotations
 
 import contextlib
 import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +14,7 @@ import psutil
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from live.client.launch import launched
 from live.runner.models import embedded_gguf, gguf_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,34 +63,9 @@ class Server:
         return self.process.memory_info().rss
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
-def serving(command: list[str], log: Path) -> Iterator[Server]:
-    """`python COMMAND --port P` on a free port, its output in `log`."""
-    port = free_port()
-    with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, *command, "--port", str(port)], cwd=ROOT,
-                                   stdout=out, stderr=subprocess.STDOUT)
-    server = Server(port, psutil.Process(process.pid))
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(server.url + "/health").status_code == 200:
-                    break
-            time.sleep(0.2)
-        yield server
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def serving(program: list[str], log: Path) -> Iterator[Server]:
+    """`python PROGRAM --port P` on a free port, its output in `log`."""
+    with launched(program=program, log=log, cwd=ROOT, start_timeout_s=START_TIMEOUT_S,
+                  stop_signal=signal.SIGTERM, grace_s=STOP_TIMEOUT_S) as server:
+        yield Server(server.port, psutil.Process(server.process.pid))

@@ -6,13 +6,14 @@ from .admission import ADMISSION_POLICIES, AdmissionPolicy, Optimistic, ReserveW
 from .backlog import (BACKLOG_POLICIES, Backlog, BacklogPolicy, Decision, Drop, Naive,
                       Pause, PauseThenDrop, Unbounded, make_policy)
 from .block_pool import BlockPool, blocks_for
-from .core import Scheduler, SchedulerConfig
+from .config import SchedulerConfig
+from .core import Scheduler
 from .errors import (DoubleRelease, InvalidRequest, InvariantBroken, QueueFull,
                      RequestTooLarge, SubmitRefused)
 from .events import Event, FinishEvent, TokenEvent
-from .plan import PlanFeatures, StepPlan
 from .request import FinishReason, Request, Sequence, SeqState
 from .snapshot import CoreSnapshot
+from .step.plan import PlanFeatures, StepPlan
 
 __all__ = [
     "ADMISSION_POLICIES", "AdmissionPolicy", "Optimistic", "ReserveWhole",

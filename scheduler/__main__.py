@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 
 from .admission import ADMISSION_POLICIES
-from .core import Scheduler, SchedulerConfig
+from .config import SchedulerConfig
+from .core import Scheduler
 from .events import FinishEvent
 from .request import Request
 

@@ -5,42 +5,18 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass
 
 from .admission import ADMISSION_POLICIES, AdmissionPolicy
 from .block_pool import BlockPool, blocks_for
+from .config import SchedulerConfig
 from .errors import InvalidRequest, InvariantBroken, RequestTooLarge
 from .events import Event, FinishEvent, TokenEvent
 from .inbox import Inbox, Wish
-from .plan import PlanFeatures, StepPlan
 from .request import FinishReason, Request, Sequence, SeqState
 from .snapshot import CoreSnapshot
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    num_blocks: int
-    block_size: int = 16
-    max_batch: int = 16
-    max_waiting: int = 256
-    max_model_len: int | None = None
-    max_prefill_tokens: int | None = None
-    """Prompt tokens prefilled in one step. Without `chunked_prefill` the first
-    admission of a step ignores it, so that a long prompt still runs whole."""
-    chunked_prefill: bool = False
-    """Cut prompts into chunks that fill `max_prefill_tokens`, so that a long prompt
-    is prefilled over several steps beside the decodes instead of stalling them."""
-    admission: str = "reserve"
-    """The admission policy, by name (`ADMISSION_POLICIES`)."""
-
-    def __post_init__(self):
-        if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
-            raise ValueError("max_prefill_tokens must be at least 1")
-        if self.chunked_prefill and self.max_prefill_tokens is None:
-            raise ValueError("chunked prefill needs max_prefill_tokens, the chunk budget of a step")
-        if self.admission not in ADMISSION_POLICIES:
-            raise ValueError(f"unknown admission policy {self.admission!r}; known: "
-                             f"{', '.join(sorted(ADMISSION_POLICIES))}")
+from .step.decode_batch import DecodeBatch
+from .step.plan import PlanFeatures, StepPlan
+from .step.prefill import Prefills
 
 
 class Scheduler:
@@ -64,13 +40,9 @@ class Scheduler:
         # between steps needs a scan.
         self._paused_admitted = 0
         self._paused_waiting = 0
-        self._batch: list[Sequence] | None = None
-        """The last decode batch, while it still holds: None once a sequence has
-        joined, left, paused or resumed."""
-        self._batch_context = 0
-        self._batch_full: list[Sequence] = []
-        """Sequences of the batch whose block table is full: their next token needs
-        a block."""
+        self._batch = DecodeBatch(self._running, self.pool, config.block_size,
+                                  self.admission.preempts, self._preempt)
+        self._prefills = Prefills(config, self.admission, self.pool)
         self.finished_by_reason: Counter[FinishReason] = Counter()
         self.preemptions = 0
         """Sequences preempted to free blocks (a preempting admission policy only)."""
@@ -78,9 +50,6 @@ class Scheduler:
         """Tokens prefilled again when preempted sequences were re-admitted."""
         self._preempted: list[Sequence] = []
         """Sequences preempted while planning the current step."""
-        self._prefilling: dict[str, Sequence] = {}
-        """Admitted sequences with chunks of their prompt still to prefill, in
-        admission order."""
 
     # -- wishes: any thread ---------------------------------------------------
 
@@ -128,18 +97,17 @@ class Scheduler:
 
     def plan(self) -> StepPlan:
         finished = self._apply_inbox()
-        decodes, context = self._decode_batch()
+        decodes, context = self._batch.plan()
         preempted = ()
         if self._preempted:
             preempted = tuple(self._preempted)
             self._preempted.clear()
-        budget = self.config.max_prefill_tokens
-        if self._prefilling:
-            prefills, partials, budget = self._continue_prefills(budget)
-        else:
-            prefills, partials = [], []
         # As vLLM does: a step that had to preempt admits nothing new.
-        admitted = [] if preempted else self._admit(prefills, partials, budget)
+        prefills, partials, admitted = self._prefills.plan(self._waiting, len(self._running),
+                                                           not preempted)
+        if admitted:
+            self._admitted(admitted)
+        self.inbox.set_waiting(len(self._waiting))
         self._steps += 1
         prefill_tokens = prefill_tokens_sq = 0
         if prefills or partials:  # most steps only decode
@@ -161,18 +129,13 @@ class Scheduler:
         seqs = plan.prefills + plan.decodes
         if len(tokens) != len(seqs):
             raise InvariantBroken(f"step {plan.index}: {len(tokens)} tokens for {len(seqs)} sequences")
-        if plan.partials:
-            for seq in plan.partials:
-                seq.prefill_left -= seq.chunk
-        if plan.prefills:
-            self._batch = None  # the prefilled sequences decode from the next step on
-            prefilling = self._prefilling
-            for seq in plan.prefills:
-                seq.prefill_left = 0
-                if prefilling:
-                    prefilling.pop(seq.id, None)
-        self._batch_context += len(plan.decodes)
-        finished, bs, full = SeqState.FINISHED, self.config.block_size, self._batch_full
+        batch = self._batch
+        if plan.prefills or plan.partials:
+            self._prefills.commit(plan.prefills, plan.partials)
+            if plan.prefills:
+                batch.changed()  # the prefilled sequences decode from the next step on
+        batch.context += len(plan.decodes)
+        finished, bs, full = SeqState.FINISHED, self.config.block_size, batch.full
         new_tuple = tuple.__new__
         for seq, token in zip(seqs, tokens):
             if seq.state is finished:
@@ -270,68 +233,20 @@ class Scheduler:
     def _count_paused(self, seq: Sequence, change: int) -> None:
         if seq.admitted:
             self._paused_admitted += change
-            self._batch = None
+            self._batch.changed()
         else:
             self._paused_waiting += change
 
-    def _decode_batch(self) -> tuple[list[Sequence], int]:
-        """The running, unpaused sequences that have made a token, in admission
-        order, and the context they hold; each block table grows to hold the token
-        this step writes, preempting newer sequences for the blocks if the policy
-        says so. While the batch holds (see `_batch`), it is the last one with a
-        token more each, and only the tables commit found full grow."""
-        full, pool, preempts = self._batch_full, self.pool, self.admission.preempts
-        if self._batch is not None and (not full or self._room_for(full)):
-            for seq in full:
-                if preempts:
-                    self._extend(seq)
-                pool.grow(seq.id, seq.num_tokens)
-            full.clear()
-            return list(self._batch), self._batch_context
-        full.clear()
-        batch, context = [], 0
-        bs, running = self.config.block_size, SeqState.RUNNING
-        # a copy only where preemption may take sequences out while it runs
-        for seq in list(self._running.values()) if preempts else self._running.values():
-            if seq.state is not running or seq.prefill_left:
-                continue  # paused, not prefilled yet, or just preempted for an older one
-            n = seq.num_tokens
-            if n > len(seq.block_table) * bs:
-                if preempts:
-                    if not self._make_room(seq):
-                        continue
-                    self._extend(seq)
-                pool.grow(seq.id, n)
-            batch.append(seq)
-            context += n
-        self._batch, self._batch_context = batch, context
-        return list(batch), context
-
-    def _room_for(self, seqs: list[Sequence]) -> bool:
-        """Whether the blocks these sequences' next tokens need are held or free."""
-        return (not self.admission.preempts
-                or self.pool.can_reserve(sum(map(self._blocks_short, seqs))))
-
-    def _blocks_short(self, seq: Sequence) -> int:
-        """Blocks `seq` must take beyond its reservation to write its next token."""
-        return max(0, blocks_for(seq.num_tokens, self.config.block_size) - seq.reserved)
-
-    def _extend(self, seq: Sequence) -> None:
-        """Hold the blocks `seq`'s next token needs beyond its reservation."""
-        need = self._blocks_short(seq)
-        if need:
-            self.pool.extend(seq.id, need)
-            seq.reserved += need
-
-    def _make_room(self, seq: Sequence) -> bool:
-        """Free blocks for `seq`'s next token by preempting the newest admitted
-        sequences; False when `seq` is itself the newest and was preempted."""
-        while not self.pool.can_reserve(self._blocks_short(seq)):
-            victim = next(reversed(self._running.values()))
-            self._preempt(victim)
-            if victim is seq:
-                return False
-        return True
+    def _admitted(self, seqs: list[Sequence]) -> None:
+        """Move the sequences admitted for this step from the queue to the running."""
+        waiting, running = self._waiting, self._running
+        for seq in seqs:
+            del waiting[seq.id]
+            running[seq.id] = seq
+            if seq.lost_tokens:
+                seq.recomputed_tokens += seq.lost_tokens
+                self.recomputed_tokens += seq.lost_tokens
+                seq.lost_tokens = 0
 
     def _preempt(self, seq: Sequence) -> None:
         """Release `seq`'s blocks and put it at the head of the queue, its output
@@ -341,7 +256,7 @@ class Scheduler:
         seq.reserved = 0
         seq.lost_tokens = seq.prefill_start
         seq.prefill_left = 0
-        self._prefilling.pop(seq.id, None)
+        self._prefills.forget(seq)
         del self._running[seq.id]
         if seq.state is SeqState.PAUSED:
             self._paused_admitted -= 1
@@ -350,76 +265,10 @@ class Scheduler:
             seq.state = SeqState.WAITING
         self._waiting = {seq.id: seq, **self._waiting}
         self.inbox.set_waiting(len(self._waiting))
-        self._batch = None
+        self._batch.changed()
         seq.preemptions += 1
         self.preemptions += 1
         self._preempted.append(seq)
-
-    def _continue_prefills(self, budget: int | None):
-        """The next chunk of each admitted, unpaused sequence still prefilling, in
-        admission order, within the step's budget; and the budget left."""
-        prefills: list[Sequence] = []
-        partials: list[Sequence] = []
-        for seq in self._prefilling.values():
-            if budget <= 0:
-                break
-            if seq.state is SeqState.PAUSED:
-                continue
-            seq.chunk = min(seq.prefill_left, budget)
-            budget -= seq.chunk
-            (prefills if seq.chunk == seq.prefill_left else partials).append(seq)
-        return prefills, partials, budget
-
-    def _admit(self, prefills: list[Sequence], partials: list[Sequence],
-               budget: int | None) -> list[Sequence]:
-        """Admit in arrival order while a slot, the reservation and the step's
-        prefill budget fit, adding each to `prefills` (or to `partials` when only a
-        chunk of it fits); returns those admitted. A paused waiting request is
-        passed over (it is not ready); a ready one that does not fit stops
-        admission, so nothing overtakes it."""
-        admitted: list[Sequence] = []
-        if not self._waiting:
-            self.inbox.set_waiting(0)
-            return admitted
-        chunked = self.config.chunked_prefill
-        slots = self.config.max_batch - len(self._running)
-        headroom = self.admission.headroom(self.config.num_blocks)
-        for seq in self._waiting.values():
-            if slots <= 0 or (chunked and budget <= 0):
-                break
-            if seq.state is SeqState.PAUSED:
-                continue
-            n = seq.num_tokens
-            if budget is not None and not chunked and admitted and n > budget:
-                break
-            need = self.admission.reservation(seq, self.config.block_size)
-            # headroom only beside others: alone, a request that fits the pool runs
-            if not self.pool.can_reserve(need + (headroom if self._running or admitted else 0)):
-                break
-            seq.block_table = self.pool.reserve(seq.id, need)
-            seq.reserved = need
-            self.pool.grow(seq.id, n)
-            seq.state = SeqState.RUNNING
-            seq.prefill_left = n
-            seq.chunk = min(n, budget) if chunked else n
-            if seq.chunk < n:
-                partials.append(seq)
-                self._prefilling[seq.id] = seq
-            else:
-                prefills.append(seq)
-            admitted.append(seq)
-            if seq.lost_tokens:
-                seq.recomputed_tokens += seq.lost_tokens
-                self.recomputed_tokens += seq.lost_tokens
-                seq.lost_tokens = 0
-            if budget is not None:
-                budget -= seq.chunk
-            slots -= 1
-        for seq in admitted:
-            del self._waiting[seq.id]
-            self._running[seq.id] = seq
-        self.inbox.set_waiting(len(self._waiting))
-        return admitted
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> FinishEvent:
         if seq.state is SeqState.PAUSED:
@@ -427,8 +276,8 @@ class Scheduler:
         if seq.admitted:
             self.pool.release(seq.id)
             del self._running[seq.id]
-            self._prefilling.pop(seq.id, None)
-            self._batch = None
+            self._prefills.forget(seq)
+            self._batch.changed()
         else:
             del self._waiting[seq.id]
             self.inbox.set_waiting(len(self._waiting))

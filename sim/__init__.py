@@ -3,12 +3,12 @@ costs from a fitted profile, simulated clients (readers, leavers, transport
 buffers) and per-request outcomes in the schema the live client writes."""
 from .cost_model import FEATURES, ConstantCost, CostModel, LinearCost
 from .fit import FitReport, fit, load_step_log
-from .summary import summarize_replay
 from .overheads import Overheads
 from .profile import (Profile, build_profile, load_profile, regenerate_cpu_smollm2_profile,
                       save_profile)
 from .replay import Replay, ReplayNotDrained, replay
 from .settings import ReplaySetup, build_setup
+from .summary import summarize_replay
 from .sweep import sweep
 from .timeseries import TimeSeries
 from .wire import WIRE_FORMATS, WireFormat

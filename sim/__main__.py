@@ -13,7 +13,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from scheduler import ADMISSION_POLICIES, BACKLOG_POLICIES
+from scheduler.flags import OneLineErrors, add_flags, given
+from scheduler.settings import SHARED, ServeSettings, scoped
 from traces import load_trace
 from traces.load_options import add_load_options, load_options
 from traces.summary import format_summary
@@ -22,16 +23,12 @@ from .cost_model import ConstantCost, CostModel
 from .profile import CPU_SMOLLM2, build_profile, load_profile, save_profile
 from .progress import ReplayBar, SweepBar, wanted
 from .replay import replay
-from .settings import build_setup
+from .settings import DEFAULT_POOL, SimSettings, build_setup, replay_settings
 from .sweep import format_sweep, parse_param, sweep, write_sweep
-from .wire import WIRE_FORMATS
-
-ENGINE_DEFAULTS = {"block_size": 16, "max_batch": 32, "num_blocks": 4096}
-"""Engine settings when neither the command line nor the profile gives them."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     if args.command in ("replay", "sweep"):
         args.trace = args.trace or args.trace_option
     try:
@@ -102,34 +99,23 @@ def _fit(args) -> int:
 
 def _inputs(args) -> tuple[list, CostModel, dict]:
     """The trace, the cost model and the flat settings the command line gives."""
+    serve = ServeSettings(**given(args, ServeSettings, scoped(SHARED)))
     trace = load_trace(args.trace, **load_options(args))
-    engine_defaults = dict(ENGINE_DEFAULTS)
     if args.constant_cost is not None:
         cost: CostModel = ConstantCost(args.constant_cost)
+        pool, measured = DEFAULT_POOL, {}
     else:
         profile = load_profile(args.profile)
         cost = profile.cost_model()
-        engine_defaults.update({k: getattr(profile, k) for k in ENGINE_DEFAULTS
-                                if getattr(profile, k) is not None})
-        engine_defaults.update(profile.overheads)  # what its calibration measured
-    settings = {name: getattr(args, name) for name in _SETTING_OPTIONS}
-    for name, default in engine_defaults.items():
-        if settings[name] is None:
-            settings[name] = default
-    return trace, cost, {k: v for k, v in settings.items() if v is not None}
+        pool, measured = profile.num_blocks or DEFAULT_POOL, profile.overheads
+    return trace, cost, replay_settings(serve, SimSettings(**given(args, SimSettings)), pool,
+                                        measured)
 
 
 def _about(args, cost: CostModel, settings: dict) -> dict:
     """What a replay's results came from, written beside them."""
     return {"trace": str(args.trace), "load": load_options(args),
             "cost": {type(cost).__name__: asdict(cost)}, **settings}
-
-
-_SETTING_OPTIONS = ("policy", "wire", "max_queued", "resume_at", "stall_timeout_s",
-                    "max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
-                    "max_prefill_tokens", "chunked_prefill", "admission", "request_s", "delivery_s",
-                    "disconnect_detect_s", "transport_bytes", "event_padding", "resume_grace_s",
-                    "max_tokens_factor")
 
 
 def _replay_options(p: argparse.ArgumentParser) -> None:
@@ -140,42 +126,19 @@ def _replay_options(p: argparse.ArgumentParser) -> None:
     add_load_options(p.add_argument_group("loading the trace (as in python -m traces convert)"))
     cost = p.add_mutually_exclusive_group()
     cost.add_argument("--profile", default=CPU_SMOLLM2,
-                      help=f"cost profile: a JSON path or a shipped name (default {CPU_SMOLLM2})")
-    cost.add_argument("--constant-cost", type=float, metavar="S", help="every step takes S seconds")
-    policy = p.add_argument_group("backlog policy")
-    policy.add_argument("--policy", default="unbounded", choices=sorted(BACKLOG_POLICIES))
-    policy.add_argument("--max-queued", type=int)
-    policy.add_argument("--resume-at", type=int)
-    policy.add_argument("--stall-timeout-s", type=float)
-    engine = p.add_argument_group("engine (defaults: the profile's, else %s)" % ENGINE_DEFAULTS)
-    for name in ("max_batch", "num_blocks", "block_size", "max_waiting", "max_model_len",
-                 "max_prefill_tokens"):
-        engine.add_argument("--" + name.replace("_", "-"), type=int)
-    engine.add_argument("--chunked-prefill", action="store_true", default=None,
-                        help="cut prompts into chunks of --max-prefill-tokens, prefilled a step "
-                             "at a time beside the decodes")
-    engine.add_argument("--admission", choices=sorted(ADMISSION_POLICIES),
-                        help="reserve each request's whole length (default), or hold blocks as "
-                             "tokens are written and preempt when none is free (optimistic)")
-    outside = p.add_argument_group("outside the engine (sim.overheads.Overheads)")
-    for name in ("request_s", "delivery_s", "disconnect_detect_s"):
-        outside.add_argument("--" + name.replace("_", "-"), type=float)
-    outside.add_argument("--transport-bytes", type=int)
-    outside.add_argument("--wire", default="twinstep", choices=sorted(WIRE_FORMATS))
-    outside.add_argument("--max-tokens-factor", type=float,
-                         help="clients ask for this many times the tokens they get, which "
-                              "whole-length reservation holds (default 1)")
-    outside.add_argument("--resume-grace-s", type=float,
-                         help="a stream whose client left stays paused this long, as the "
-                              "server's --resume-grace-s, before it is cancelled")
-    outside.add_argument("--event-padding", type=int, default=0,
-                         help="bytes of comment after every event, as the server's --event-padding")
+                      help="cost profile: a JSON path or a shipped name; the pool of the server "
+                           f"it was measured on is the replay's (default: {CPU_SMOLLM2})")
+    cost.add_argument("--constant-cost", type=float, metavar="S",
+                      help=f"every step takes S seconds; the pool: --num-blocks, else {DEFAULT_POOL}")
+    add_flags(p.add_argument_group("the server's settings (python -m live serve's, with its "
+                                   "defaults)"), ServeSettings, scoped(SHARED))
+    add_flags(p.add_argument_group("the simulator's own"), SimSettings)
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar (there is none either when stderr is not a terminal)")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
+def parser() -> OneLineErrors:
+    parser = OneLineErrors(prog="python -m sim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("replay", help="replay a trace and print its summary")
     _replay_options(p)

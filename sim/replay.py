@@ -12,11 +12,11 @@ from traces.outcome import RequestOutcome
 from traces.record import TraceRequest
 from traces.summary import Summary
 
-from .client import SimClient
-from .engine import SimEngine
-from .hub import Hub
-from .summary import summarize_replay
+from .serving.client import SimClient
+from .serving.engine import SimEngine
+from .serving.hub import Hub
 from .settings import ReplaySetup
+from .summary import summarize_replay
 from .timeseries import TimeSeries
 
 

@@ -1,10 +1,12 @@
 """What a replay varies besides the trace, and how to build it from flat named
-settings (the command line's options and a sweep's parameters)."""
+settings (the command line's options and a sweep's parameters): the server's
+settings it shares (`ServeSettings`) and the simulator's own (`SimSettings`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from scheduler import BACKLOG_POLICIES, BacklogPolicy, SchedulerConfig, Unbounded, make_policy
+from scheduler.settings import SHARED, ServeSettings, scoped
 
 from .cost_model import CostModel
 from .overheads import Overheads
@@ -64,3 +66,55 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
         resume_grace_s=resume_grace_s,
         max_tokens_factor=max_tokens_factor,
     )
+
+
+DEFAULT_POOL = 4096
+"""KV blocks of a replay whose pool neither the settings nor a profile give."""
+
+_OVERHEAD_DEFAULTS = {f.name: f.default for f in fields(Overheads)}
+
+
+def _own(default, help: str, choices: list[str] | None = None):
+    metadata = {"help": help} if choices is None else {"help": help, "choices": choices}
+    return field(default=default, metadata=metadata)
+
+
+def _overhead(name: str, help: str):
+    """An `Overheads` field: unless given, what the profile's calibration measured."""
+    return _own(None, f"{help}; none: the profile's, else {_OVERHEAD_DEFAULTS[name]}")
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """What only the simulator is told: what a server knows by itself (its model's
+    context), a policy parameter a server does not take, the clients' wire format
+    and what the live path adds outside the engine's steps (`Overheads`)."""
+
+    max_model_len: int | None = _own(None, "the model's context: a longer request is "
+                                           "refused; none: no limit")
+    resume_at: int | None = _own(None, "pause: put a paused stream back once its reader is "
+                                       "down to this many events; none: half --max-queued")
+    wire: str = _own("twinstep", "the streaming format, for the bytes an event takes",
+                     sorted(WIRE_FORMATS))
+    max_tokens_factor: float = _own(1.0, "clients ask for this many times the tokens they "
+                                         "get, which whole-length reservation holds")
+    request_s: float | None = _overhead("request_s", "from arrival to the core's inbox: HTTP, "
+                                                     "validation, tokenization")
+    delivery_s: float | None = _overhead("delivery_s", "from the end of a step to its events "
+                                                       "in the streams' queues")
+    disconnect_detect_s: float | None = _overhead("disconnect_detect_s", "from a client "
+                                                  "leaving to the cancel in the core's inbox")
+    transport_bytes: int | None = _overhead("transport_bytes", "bytes a stream's connection "
+                                            "holds between the server's queue and the reader")
+
+
+def replay_settings(serve: ServeSettings, own: SimSettings, pool: int,
+                    measured: dict[str, float]) -> dict:
+    """The flat settings (`build_setup`'s names) of a replay of a server run with
+    `serve`: its pool `pool` unless `serve` gives one, and the overheads not given
+    those `measured` (a profile's calibration), else `Overheads`' defaults."""
+    flat = {name: getattr(serve, name) for name in scoped(SHARED)}
+    flat["num_blocks"] = serve.num_blocks or pool
+    for name, value in asdict(own).items():
+        flat[name] = measured.get(name) if value is None else value
+    return {name: value for name, value in flat.items() if value is not None}

@@ -13,7 +13,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,14 +22,17 @@ import httpx
 from starlette.applications import Starlette
 
 from engine_helpers import run_engine
-from live.engine.engine import Engine, Finished
+from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
-from live.engine.params import SamplingParams
-from live.serve_config import ServeSettings
-from live.server.app import LiveServer, build_engine, create_app
+from live.runner.params import SamplingParams
+from scheduler.settings import ServeSettings
+from live.serve import build_engine
+from live.server.app import create_app
+from live.server.uvicorn_server import LiveServer
+from live.client.launch import launched
 from live.client.sse_parser import Comment, SSEEvent, SSEParser
 from live.server.validation import ServedModel
-from scheduler import SchedulerConfig
+from scheduler import FinishEvent, SchedulerConfig
 from tiny_models import VOCAB, tiny_llama
 
 START_TIMEOUT_S = 60.0
@@ -221,7 +223,7 @@ _reference_engines: dict[tuple, Engine] = {}
 
 
 def engine_alone(prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                 **engine_options) -> tuple[list[int], str, Finished]:
+                 **engine_options) -> tuple[list[int], str, FinishEvent]:
     """What an engine makes for one request with nothing else running: the
     reference a server's answer must equal."""
     key = tuple(sorted(engine_options.items()))
@@ -360,27 +362,8 @@ def wait_idle(base_url: str) -> dict:
 @contextlib.contextmanager
 def serve_command(*args: str) -> Iterator[tuple[subprocess.Popen, str]]:
     """`python -m live serve ARGS` on a free port, as a user starts it: the process
-    (its output in `.stdout`) and its base URL once it is healthy. Killed at the end
-    if the test has not stopped it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "live", "serve", "--port", str(port), *args],
-        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
-    try:
-        def healthy():
-            if process.poll() is not None:
-                raise AssertionError(process.stdout.read())
-            try:
-                return httpx.get(url + "/health").status_code == 200
-            except httpx.TransportError:
-                return False
-        wait_for(healthy, timeout=120, interval=0.2, what="the server to start")
-        yield process, url
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    (its output in `.stdout`) and its base URL once it is healthy. Stopped at the
+    end if the test has not stopped it."""
+    with launched(args, cwd=Path(__file__).resolve().parents[1], start_timeout_s=120,
+                  grace_s=STOP_TIMEOUT_S) as server:
+        yield server.process, server.url

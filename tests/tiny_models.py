@@ -8,7 +8,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from live.runner.model_runner import ModelRunner
-from live.engine.params import GenerationInput, SamplingParams
+from live.runner.params import GenerationInput, SamplingParams
 from scheduler import FinishEvent, Request, Scheduler, SchedulerConfig, StepPlan
 
 VOCAB = 128

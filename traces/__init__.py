@@ -5,20 +5,20 @@ See traces/README.md for the format and the command line."""
 from pathlib import Path
 
 from .arrivals import arrival_times
-from .azure import load_azure
-from .burstgpt import load_burstgpt
 from .client_mix import ClientMix
 from .errors import TraceError
 from .generate import generate
 from .jsonl import read_trace, write_trace
 from .lengths import Fixed, LogNormal, Resampled, Uniform, parse_lengths
 from .load import detect_format, load_trace
-from .mooncake import load_mooncake
+from .public.azure import load_azure
+from .public.burstgpt import load_burstgpt
+from .public.mooncake import load_mooncake
+from .public.vidur import load_vidur
 from .record import Client, LeaveHow, ReadMode, TraceRequest
 from .shaping import shape
 from .stats import TraceStats, format_stats, trace_stats
 from .summary import Summary, format_summary, summarize
-from .vidur import load_vidur
 
 SAMPLES_DIR = Path(__file__).parent / "samples"
 """The sample traces shipped with the package (see samples/README.md)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import azure, burstgpt, mooncake, vidur
 from .errors import TraceError
 from .jsonl import read_trace
-from .public import csv_header
+from .public import azure, burstgpt, mooncake, vidur
+from .public.rows import csv_header
 from .record import TraceRequest
 from .shaping import shape
 

@@ -1,23 +1,13 @@
 """The load-generating client: replays a trace against a live server, each request
-sent at its arrival time and read the way its client reads, and records what
-happened to it in the schema the simulator writes (`RequestOutcome`).
-
-Each request is one HTTP/1.1 connection of `raw_http`, read only as fast as its
-client reads, and left exactly as the trace says (FIN or RST).
-
-Times in the records are seconds from the replay's start. The server's own times
-(`done.timing`, unix seconds on the same host) are converted with the wall clock
-read at that start.
+sent at its arrival time (one `ReplayedRequest` each, read the way its client
+reads), and reports what happened to them in the schema the simulator writes
+(`RequestOutcome`). Times in the records are seconds from the replay's start.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
-import json
 import logging
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -25,36 +15,17 @@ from typing import Callable
 import httpx
 
 from traces.outcome import RequestOutcome
-from traces.record import ReadMode, TraceRequest
+from traces.record import TraceRequest
 from traces.summary import summarize
 
-from .raw_http import PROTOCOL_FAILURES, Connection, IdleTimeout, Response, Target, resolve
-from .sse_parser import Comment, SSEEvent, SSEParser
-from ..server.validation import REQUEST_ID
+from .raw_http import resolve
+from .replayed_request import ReplayedRequest, ReplaySetup
+from .request_body import PromptFiller
 
 log = logging.getLogger(__name__)
 
 LAG_WARN_S = 0.020
 """A request sent later than this after its scheduled arrival is reported."""
-STREAM_PATH = "/v1/stream"
-TAIL_TIMEOUT_S = 1.0
-"""How long a finished stream's last bytes are waited for before closing anyway."""
-
-
-@dataclass(frozen=True, slots=True)
-class PromptFiller:
-    """Token ids for a prompt the trace knows only by its length: ids cycling over
-    [low, high), starting at a place fixed by the request id, so a replay sends the
-    same prompts every time and prompts differ from each other (no shared prefix
-    for a prefix cache to exploit). The ids must be in the served model's vocab."""
-
-    low: int = 1000
-    high: int = 2000
-
-    def __call__(self, request: TraceRequest) -> list[int]:
-        span = self.high - self.low
-        start = zlib.crc32(request.id.encode()) % span
-        return [self.low + (start + i) % span for i in range(request.prompt_tokens)]
 
 
 @dataclass(slots=True)
@@ -74,210 +45,24 @@ class LiveReplay:
     max_lag_s: float
     """The latest any request was sent after its scheduled arrival."""
     problems: dict[str, str] = field(default_factory=dict)
-    """Request id to what went wrong: a connection that failed (the record says
-    refused), an `error` event, a broken stream or an idle timeout (the record's
-    finish_reason is "error")."""
+    """Request id to what went wrong: a refusal (its status and message; the record
+    says which `Refusal`), a connection that failed (the record says unreachable),
+    an `error` event, a broken stream or an idle timeout (the record's finish_reason
+    is "error")."""
 
 
-class _Ending(enum.Enum):
-    FINISHED = "finished"
-    """The stream's last event was read."""
-    LEAVE = "leave"
-    """The client's token budget is reached: it leaves."""
-    REFUSED = "refused"
-    BROKEN = "broken"
-    """The connection or the protocol failed."""
-
-
-def _refusal(status: int, body: bytes) -> str:
-    """"<status> <message>", the message taken from the JSON error envelope."""
-    message = body.decode("utf-8", "replace").strip()
-    try:
-        parsed = json.loads(message)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        error = parsed.get("error", parsed)
-        if isinstance(error, dict):
-            error = error.get("message") or error.get("detail") or error
-        message = error if isinstance(error, str) else json.dumps(error)
-    return f"{status} {message[:300]}"
-
-
-def request_body(request: TraceRequest, prompt_filler: Callable[[TraceRequest], list[int]]) -> dict:
-    """The `POST /v1/stream` body for one trace request."""
-    body: dict = {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature,
-                  "top_p": request.top_p, "top_k": request.top_k,
-                  "ignore_eos": request.ignore_eos}
-    if request.seed is not None:
-        body["seed"] = request.seed
-    if request.prompt is not None:
-        body["prompt"] = request.prompt
-    else:
-        body["prompt_tokens"] = prompt_filler(request)
-    return body
-
-
-class _ReplayedRequest:
-    """One request of the replay, from connecting to closing, filling its outcome."""
-
-    def __init__(self, request: TraceRequest, replay: _Replay):
-        self.request = request
-        self.replay = replay
-        self.outcome = RequestOutcome(request.id, 0.0, request.prompt_tokens,
-                                      request.max_new_tokens)
-        self.problem: str | None = None
-        self.server_id = replay.server_id(request)
-
-    async def run(self) -> None:
-        replay, client, o = self.replay, self.request.client, self.outcome
-        async with replay.connection_slots:
-            try:
-                connection = await Connection.open(
-                    replay.target, idle_timeout_s=replay.timeout_s,
-                    recv_buffer_bytes=replay.recv_buffer_bytes,
-                    bytes_per_s=client.bytes_per_s if client.read is ReadMode.BYTE_RATE else None)
-            except OSError as exc:
-                o.arrival_s = replay.now()
-                o.refused = self.problem = f"connection failed: {exc}"
-                return
-            o.arrival_s = replay.now()
-            leave_at = (None if client.leave_after_s is None
-                        else replay.loop_start + o.arrival_s + client.leave_after_s)
-            response = Response(connection)
-            ending = _Ending.LEAVE
-            time_up = asyncio.timeout_at(leave_at)
-            try:
-                async with time_up:
-                    ending = await self._exchange(connection, response)
-            except TimeoutError as exc:
-                if not time_up.expired():  # a socket's own timeout, not the client's
-                    ending = self._broken(exc)
-            except PROTOCOL_FAILURES as exc:
-                ending = self._broken(exc)
-            if ending is _Ending.LEAVE:
-                o.left_s = replay.now()
-                connection.close(client.leave_how)
-            else:
-                if ending is _Ending.FINISHED:
-                    await self._read_to_end(response)
-                connection.close()
-            if o.finish_reason in (None, "error"):
-                o.tokens_generated = o.tokens_read
-
-    def _broken(self, exc: BaseException) -> _Ending:
-        self.problem = f"{type(exc).__name__}: {exc}"
-        self.outcome.finish_reason, self.outcome.finish_s = "error", self.replay.now()
-        return _Ending.BROKEN
-
-    async def _exchange(self, connection: Connection, response: Response) -> _Ending:
-        body = json.dumps(request_body(self.request, self.replay.prompt_filler)).encode()
-        await connection.post_json(STREAM_PATH, body, accept="text/event-stream",
-                                   request_id=self.server_id)
-        await response.read_head()
-        self.outcome.headers_s = self.replay.now()
-        if response.status != 200:
-            self.outcome.refused = _refusal(response.status, await response.read_all())
-            return _Ending.REFUSED
-        if self.request.client.leave_after_tokens == 0:
-            return _Ending.LEAVE
-        parser = SSEParser()
-        while data := await response.read_body():
-            for item in parser.feed(data):
-                if isinstance(item, Comment):
-                    continue  # a keep-alive
-                ending = self._take(item)
-                if ending is not None:
-                    return ending
-                if item.event == "token" and self.request.client.read is ReadMode.PER_EVENT:
-                    # The pause the simulator makes after each token it takes.
-                    await asyncio.sleep(self.request.client.pause_s)
-        if self.outcome.finish_reason == "error":
-            return _Ending.FINISHED  # an error event, and no done after it
-        raise ConnectionError("the stream ended without a done event")
-
-    def _take(self, event: SSEEvent) -> _Ending | None:
-        o, now = self.outcome, self.replay.now()
-        data = json.loads(event.data)
-        if event.event == "start":
-            o.prompt_tokens = data["prompt_tokens"]
-        elif event.event == "token":
-            if not o.tokens_read:
-                o.first_token_client_s = now
-            o.token_times_s.append(now)
-            o.tokens_read += 1
-            if o.tokens_read == self.request.client.leave_after_tokens:
-                return _Ending.LEAVE
-        elif event.event == "done":
-            o.finish_reason = data["finish_reason"]
-            o.tokens_generated = data["usage"]["completion_tokens"]
-            timing = data["timing"]
-            o.admitted_s = self.replay.from_unix(timing.get("admitted"))
-            o.first_token_engine_s = self.replay.from_unix(timing.get("first_token"))
-            o.finish_s = now  # when this client saw the end, as the simulator records it
-            return _Ending.FINISHED
-        elif event.event == "error":
-            # The server follows it with a done "error", whose usage and timing
-            # replace these; a stream that ends here has finished all the same.
-            o.finish_reason, o.finish_s = "error", now
-            self.problem = f"error event: {data.get('error', data)}"
-        return None
-
-    @staticmethod
-    async def _read_to_end(response: Response) -> None:
-        """Take the rest of the body (its last chunk), so that closing sends a clean
-        FIN rather than a reset over unread bytes. The stream is over: a failure
-        here changes nothing in the record."""
-        try:
-            async with asyncio.timeout(TAIL_TIMEOUT_S):
-                await response.read_all()
-        except (OSError, IdleTimeout):  # TimeoutError is an OSError
-            pass
-
-
-class _Replay:
-    """Settings and clocks shared by the requests of one replay."""
-
-    def __init__(self, target: Target, *, time_scale: float, max_connections: int | None,
-                 prompt_filler: Callable[[TraceRequest], list[int]], timeout_s: float,
-                 recv_buffer_bytes: int | None, request_id_prefix: str | None):
-        self.target = target
-        self.request_id_prefix = request_id_prefix
-        self.time_scale = time_scale
-        self.connection_slots = (asyncio.Semaphore(max_connections) if max_connections
-                                 else contextlib.nullcontext())
-        self.prompt_filler = prompt_filler
-        self.timeout_s = timeout_s
-        self.recv_buffer_bytes = recv_buffer_bytes
-        self.loop = asyncio.get_running_loop()
-        self.loop_start = self.loop.time()
-        self.wall_start = time.time()
-
-    def now(self) -> float:
-        return self.loop.time() - self.loop_start
-
-    def server_id(self, request: TraceRequest) -> str | None:
-        """The id to name `request`'s stream by, if the replay names streams."""
-        if self.request_id_prefix is None:
-            return None
-        name = self.request_id_prefix + request.id
-        return name if REQUEST_ID.fullmatch(name) else None
-
-    def from_unix(self, t: float | None) -> float | None:
-        return None if t is None else t - self.wall_start
-
-    async def send_all(self, requests: list[TraceRequest]) -> list[_ReplayedRequest]:
-        """Starts each request at its arrival (scaled) and waits for all to end. A
-        request never waits for another: each runs in its own task."""
-        replayed = [_ReplayedRequest(r, self) for r in requests]
-        tasks = []
-        for item in sorted(replayed, key=lambda x: x.request.arrival_s):
-            delay = item.request.arrival_s * self.time_scale - self.now()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(item.run()))
-        await asyncio.gather(*tasks)
-        return replayed
+async def _send_all(setup: ReplaySetup, requests: list[TraceRequest]) -> list[ReplayedRequest]:
+    """Starts each request at its arrival (scaled) and waits for all to end. A
+    request never waits for another: each runs in its own task."""
+    replayed = [ReplayedRequest(r, setup) for r in requests]
+    tasks = []
+    for item in sorted(replayed, key=lambda x: x.request.arrival_s):
+        delay = item.request.arrival_s * setup.time_scale - setup.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(item.run()))
+    await asyncio.gather(*tasks)
+    return replayed
 
 
 async def _stats(client: httpx.AsyncClient) -> dict | None:
@@ -339,11 +124,12 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
     # replay and the server it measures.
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False) as http:
         stats_before = await _stats(http)
-        replay = _Replay(target, time_scale=time_scale, max_connections=max_connections,
-                         prompt_filler=prompt_filler, timeout_s=timeout_s,
-                         recv_buffer_bytes=recv_buffer_bytes, request_id_prefix=request_id_prefix)
-        replayed = await replay.send_all(requests)
-        duration_s = replay.now()
+        setup = ReplaySetup(target, time_scale=time_scale, max_connections=max_connections,
+                            prompt_filler=prompt_filler, timeout_s=timeout_s,
+                            recv_buffer_bytes=recv_buffer_bytes,
+                            request_id_prefix=request_id_prefix)
+        replayed = await _send_all(setup, requests)
+        duration_s = setup.now()
         # Every stream the server accepted ends in its engine, however its client left.
         accepted = sum(1 for r in replayed
                        if r.outcome.headers_s is not None and r.outcome.refused is None)
@@ -361,7 +147,7 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
     if stats_before is not None and stats_after is not None and "tokens_after_leave" in stats_after:
         wasted = stats_after["tokens_after_leave"] - stats_before.get("tokens_after_leave", 0)
     return LiveReplay(
-        outcomes=[r.outcome for r in replayed], started_unix=replay.wall_start,
+        outcomes=[r.outcome for r in replayed], started_unix=setup.wall_start,
         duration_s=duration_s, stats_before=stats_before, stats_after=stats_after,
         wasted_tokens_total=wasted, max_lag_s=max(lags, default=0.0), problems=problems)
 

@@ -1,52 +1,19 @@
 """The live engine: the scheduler core and a model runner, one step at a time.
 Each step plans, runs the model, commits the sampled tokens and turns them into
-text; the events come back in one batch."""
+text; the core's events come back with that text in one `StepOutput`."""
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
-from scheduler import (FinishEvent, FinishReason, Request, Scheduler, SchedulerConfig,
-                       StepPlan, TokenEvent)
+from scheduler import Event, FinishEvent, FinishReason, Request, Scheduler, SchedulerConfig, StepPlan
 
 from .detokenizer import TextStream
-from .params import GenerationInput, SamplingParams
+from ..runner.params import GenerationInput, SamplingParams
 from .step_log import StepLog
+from .step_output import StepOutput
 
 log = logging.getLogger("twinstep.engine")
-
-
-@dataclass(frozen=True, slots=True)
-class TokenOut:
-    seq_id: str
-    index: int
-    token_id: int
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    seq_id: str
-    reason: FinishReason
-    prompt_tokens: int
-    completion_tokens: int
-    text: str
-    """Text held back until the end (an unfinished stop-string prefix)."""
-    preemptions: int = 0
-    recomputed_tokens: int = 0
-    """Tokens prefilled again when it was re-admitted after its preemptions."""
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """The sequence's first admission: its prefill starts in this step (and with
-    chunked prefill may end several steps later, with its first token)."""
-
-    seq_id: str
-
-
-EngineEvent = Admitted | TokenOut | Finished
 
 
 class Engine:
@@ -61,7 +28,6 @@ class Engine:
         self.step_log = step_log if step_log is not None else StepLog()
         self.eos_token_ids = frozenset(runner.eos_token_ids)
         self._texts: dict[str, TextStream] = {}
-        self._prompt_lens: dict[str, int] = {}
         self._epoch = time.perf_counter()
         self.progressed = False
         """Whether the last step changed anything: computed (a step of prompt chunks
@@ -86,7 +52,7 @@ class Engine:
     def has_work(self) -> bool:
         return self.core.has_work()
 
-    def step(self) -> list[EngineEvent]:
+    def step(self) -> StepOutput:
         start = time.perf_counter()
         plan = self.core.plan()
         # a recomputed sequence's text goes on where it was
@@ -94,10 +60,9 @@ class Engine:
         for seq in admitted:
             payload = seq.request.payload
             self._texts[seq.id] = TextStream(self.tokenizer, payload.prompt_ids, payload.sampling.stop)
-            self._prompt_lens[seq.id] = seq.prompt_len
         self.progressed = not plan.is_empty or bool(plan.finished or plan.preempted)
         if plan.is_empty:
-            return self._convert(self.core.commit(plan, []), {})
+            return self._output(self.core.commit(plan, []), {}, [])
         try:
             tokens = self.runner.execute(plan)
         except Exception:
@@ -105,10 +70,10 @@ class Engine:
             log.exception("step %d failed; its sequences end with an error", plan.index)
             for seq in plan.sequences:
                 self.core.cancel(seq.id, FinishReason.ERROR)
-            return self._convert(plan.finished, {})
+            return self._output(plan.finished, {}, [])
         deltas, ends = self._read(plan, tokens)
-        out: list[EngineEvent] = [Admitted(seq.id) for seq in admitted]
-        out += self._convert(self.core.commit(plan, tokens, ends), deltas)
+        out = self._output(self.core.commit(plan, tokens, ends), deltas,
+                           [seq.id for seq in admitted])
         self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
                              plan.features, tokens=len(tokens), admitted=self.core.num_admitted,
                              waiting=self.core.num_waiting, paused=self.core.num_paused,
@@ -131,18 +96,13 @@ class Engine:
                 ends[seq.id] = FinishReason.EOS
         return deltas, ends
 
-    def _convert(self, events, deltas: dict[str, str]) -> list[EngineEvent]:
-        out: list[EngineEvent] = []
+    def _output(self, events: list[Event], deltas: dict[str, str],
+                admitted: list[str]) -> StepOutput:
+        """The step's output; each finished sequence's text and runner state let go."""
+        held: dict[str, str] = {}
         for e in events:
-            if isinstance(e, TokenEvent):
-                out.append(TokenOut(e.seq_id, e.index, e.token_id, deltas[e.seq_id]))
-            else:
-                out.append(self._finished(e))
-        return out
-
-    def _finished(self, e: FinishEvent) -> Finished:
-        text = self._texts.pop(e.seq_id, None)
-        self.runner.forget(e.seq_id)
-        return Finished(e.seq_id, e.reason, self._prompt_lens.pop(e.seq_id, 0), e.num_generated,
-                        text.flush() if text is not None else "",
-                        e.preemptions, e.recomputed_tokens)
+            if isinstance(e, FinishEvent):
+                text = self._texts.pop(e.seq_id, None)
+                self.runner.forget(e.seq_id)
+                held[e.seq_id] = text.flush() if text is not None else ""
+        return StepOutput(events, deltas, held, admitted)

@@ -12,11 +12,9 @@ import time
 from typing import IO
 
 from scheduler import PlanFeatures
+from scheduler.settings import ServeSettings
 
 from .record_ring import RecordRing
-
-DEFAULT_RING = 200_000
-"""Steps kept in memory: about 80 MB, and over half an hour of steps at 100 a second."""
 
 FEATURE_NAMES = tuple(f.name for f in dataclasses.fields(PlanFeatures))
 _feature_values = operator.attrgetter(*FEATURE_NAMES)
@@ -24,7 +22,7 @@ _feature_values = operator.attrgetter(*FEATURE_NAMES)
 
 class StepLog:
     def __init__(self, path: str | None = None, device: str = "cpu", meta: dict | None = None,
-                 ring_size: int = DEFAULT_RING):
+                 ring_size: int = ServeSettings.step_ring):
         self.path = path
         self._device = device
         self._meta = meta or {}

@@ -1,5 +1,5 @@
 """The thread that owns the engine and does nothing but steps. It sleeps on the
-inbox when there is no work (no spinning) and hands each step's events to a
+inbox when there is no work (no spinning) and hands each step's output to a
 callback in one batch."""
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import logging
 import threading
 from typing import Callable
 
-from .engine import Engine, EngineEvent
+from .engine import Engine
+from .step_output import StepOutput
 
 log = logging.getLogger("twinstep.step_loop")
 
 
 class StepLoop:
-    def __init__(self, engine: Engine, deliver: Callable[[list[EngineEvent]], None],
+    def __init__(self, engine: Engine, deliver: Callable[[StepOutput], None],
                  before_step: Callable[[], None] | None = None,
                  after_step: Callable[[], None] | None = None):
         """`before_step` may block: the `naive` backlog policy uses it to make the
@@ -47,10 +48,10 @@ class StepLoop:
                 continue
             if self._before_step is not None:
                 self._before_step()
-            events = engine.step()
-            if events:
+            output = engine.step()
+            if not output.is_empty:
                 try:
-                    self._deliver(events)
+                    self._deliver(output)
                 except Exception:
                     log.exception("delivering step events failed")
             # after the delivery, so that a view of the core it refreshes is never

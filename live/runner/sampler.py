@@ -11,7 +11,7 @@ import torch
 
 from scheduler import Sequence
 
-from ..engine.params import SamplingParams
+from .params import SamplingParams
 
 
 class Sampler:

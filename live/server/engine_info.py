@@ -1,6 +1,7 @@
-"""What the server tells a client about the engine behind it: the model, where and
-how it runs, and every setting that decides admission, batching and streams, so
-that a simulator elsewhere can mirror it and a profile can be named after it."""
+"""What the server tells a client about the engine behind it: the model, the
+hardware, the core's settings as it runs them (its pool sized, its context known)
+and every serve setting, so that a simulator elsewhere can mirror it and a profile
+can be named after it."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,9 +13,10 @@ import time
 
 import torch
 
+from scheduler.settings import ServeSettings
+
 from ..engine.engine import Engine
 from ..streams.request_log import RequestLog
-from ..serve_config import ServeSettings
 
 
 @functools.cache
@@ -34,24 +36,12 @@ def hardware_name(device: str) -> str:
 
 
 def describe(engine: Engine, requests: RequestLog, model_name: str, settings: ServeSettings) -> dict:
-    policy = settings.backlog_policy()
-    parameters = dataclasses.asdict(policy) if dataclasses.is_dataclass(policy) else {}
     return {
         "model": model_name,
-        "device": settings.device,
-        "dtype": settings.dtype,
         "hardware": hardware_name(settings.device),
         "torch_threads": torch.get_num_threads(),
         "scheduler": dataclasses.asdict(engine.core.config),
-        "policy": {"name": policy.name, **parameters},
-        "streams": {"max_queued": settings.max_queued, "stall_timeout_s": settings.stall_timeout_s,
-                    "resume_grace_s": settings.resume_grace_s,
-                    "keepalive_s": settings.keepalive_s,
-                    "replay_events": settings.replay_events,
-                    "event_padding": settings.event_padding},
-        "runner": {"gpu_memory_fraction": (settings.gpu_memory_fraction if settings.num_blocks is None
-                                           and settings.device.startswith("cuda") else None),
-                   "eager": settings.eager},
+        "settings": settings.as_dict(),
         "steps": {"ring": engine.step_log.ring_size, "last": engine.step_log.last_step},
         "requests": {"ring": requests.ring_size, "last": requests.last},
         "time_unix": time.time(),

@@ -10,14 +10,14 @@ from __future__ import annotations
 import enum
 import json
 import math
-import re
 from dataclasses import dataclass
 
 from starlette.requests import ClientDisconnect, Request
 
 from scheduler import FinishReason
+from traces.request_id import REQUEST_ID
 
-from ..engine.params import SamplingParams
+from ..runner.params import SamplingParams
 
 _MISSING = object()
 
@@ -73,11 +73,6 @@ def abort_error(reason: FinishReason) -> RequestError:
 
 
 # -- the headers -----------------------------------------------------------------
-
-REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
-"""A client's own request id: it names the stream, so it must fit in an SSE id
-(`<id>:<n>`) and a URL path."""
-
 
 def request_id(request: Request) -> str | None:
     """The client's `X-Request-Id`, if it sent one: the id its stream will have."""

@@ -72,6 +72,12 @@ class ServerMetrics:
     def wasted_token(self) -> None:
         self.wasted_tokens.inc()
 
+    @property
+    def tokens_after_leave(self) -> int:
+        """The wasted tokens counted so far: the one total, which `/stats` reports too."""
+        (family,) = self.wasted_tokens.collect()
+        return int(next(s.value for s in family.samples if s.name.endswith("_total")))
+
     def exposition(self, summary: CoreSnapshot, num_blocks: int) -> bytes:
         """The text format, with the gauges read from the latest step summary and
         the core's own counts carried into their counters."""

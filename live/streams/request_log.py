@@ -5,13 +5,10 @@ recomputed. Kept in a ring that `GET /v1/requests` pages through, numbered in th
 order requests finished."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from scheduler import FinishEvent
 
 from ..engine.record_ring import RecordRing
 from .stream import Stream
-
-if TYPE_CHECKING:
-    from ..engine.engine import Finished
 
 DEFAULT_RING = 100_000
 """Finished requests kept: a few hundred bytes each."""
@@ -34,12 +31,12 @@ class RequestLog:
         """The number of the request that finished last; 0 before the first."""
         return self._ring.last
 
-    def record(self, stream: Stream, finished: Finished, finished_unix: float) -> None:
+    def record(self, stream: Stream, finish: FinishEvent, finished_unix: float) -> None:
         self._ring.append((self._ring.last + 1, stream.id, stream.prompt_tokens, stream.arrival,
                            stream.admitted, stream.first_token, finished_unix,
-                           finished.reason.value, finished.completion_tokens,
-                           stream.tokens_after_leave, stream.left_unix, finished.preemptions,
-                           finished.recomputed_tokens))
+                           finish.reason.value, finish.num_generated,
+                           stream.tokens_after_leave, stream.left_unix, finish.preemptions,
+                           finish.recomputed_tokens))
 
     def after(self, n: int, limit: int | None = None) -> list[dict]:
         """The records of the requests that finished after the `n`th, oldest first,

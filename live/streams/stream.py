@@ -6,14 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Callable
 
-from scheduler import Backlog
+from scheduler import Backlog, FinishReason
 
-from .events import HubEvent
-
-if TYPE_CHECKING:
-    from .hub import Hub
+from .events import Done, Failure, HubEvent, Timing, wire_size
 
 
 class UnknownStream(LookupError):
@@ -41,6 +38,7 @@ class Stream:
         self.first_token: float | None = None
         self.last_token: float | None = None
         self.completion_tokens = 0
+        """Tokens the stream has carried."""
         # (event, monotonic time it was queued, bytes queued before it)
         self.log: deque[tuple[HubEvent, float, int]] = deque()
         self.base_seq = 0
@@ -60,6 +58,40 @@ class Stream:
         self.counted = 0
         """Unwritten events this stream holds in the naive gate's count."""
 
+    def append(self, event: HubEvent) -> None:
+        self.log.append((event, time.monotonic(), self.bytes_total))
+        self.bytes_total += wire_size(event)
+        self.next_seq += 1
+        for reader in self.readers:
+            reader.wake()
+
+    def end(self, reason: FinishReason, completion_tokens: int, text: str, finished: float) -> None:
+        """Append its last events (a `Failure` if the engine failed it, then `Done`)
+        and mark it ended."""
+        if reason is FinishReason.ERROR:
+            self.append(Failure(self.next_seq, "the engine failed while generating this stream "
+                                               "(see the server log)"))
+        timing = Timing(self.arrival, self.admitted, self.first_token, finished)
+        self.append(Done(self.next_seq, reason, self.prompt_tokens, completion_tokens, text, timing))
+        self.ended = True
+        self.stop_grace()
+
+    def trim(self, replay_events: int) -> None:
+        """Forget the events every reader has taken, beyond the last `replay_events`."""
+        keep = self.next_seq - replay_events
+        slowest = self.slowest()
+        if slowest is not None:
+            keep = min(keep, slowest.cursor)
+        while self.base_seq < keep:
+            self.log.popleft()
+            self.base_seq += 1
+
+    def stop_grace(self) -> None:
+        """A reader came back, or the stream ended: no cancel when the grace runs out."""
+        if self.grace is not None:
+            self.grace.cancel()
+            self.grace = None
+
     def event_at(self, seq: int) -> HubEvent | None:
         i = seq - self.base_seq
         return self.log[i][0] if 0 <= i < len(self.log) else None
@@ -75,20 +107,30 @@ class Stream:
     def slowest(self) -> Reader | None:
         return min(self.readers, key=lambda r: r.cursor, default=None)
 
+    @property
+    def unread(self) -> int:
+        """Events its slowest reader has not taken yet."""
+        slowest = self.slowest()
+        return self.next_seq - slowest.cursor if slowest is not None else 0
+
 
 class Reader:
     """One client following a stream: `next` gives the event at its cursor (waiting
-    for it), `ack` moves on once it is written, `detach` ends the reading."""
+    for it), `ack` moves on once it is written, `detach` ends the reading.
 
-    def __init__(self, hub: Hub, stream: Stream, cursor: int):
-        self.hub = hub
+    `on_ack(stream)` and `on_detach(reader, left)` tell whoever keeps the stream."""
+
+    def __init__(self, stream: Stream, cursor: int, on_ack: Callable[[Stream], None],
+                 on_detach: Callable[[Reader, bool], None]):
         self.stream = stream
         self.cursor = cursor
         self.last_read = time.monotonic()
         self.cut = asyncio.Event()
         """Set when the hub gives up on this reader (a dropped stream it never drains)."""
+        self._on_ack = on_ack
+        self._on_detach = on_detach
         self._wake = asyncio.Event()
-        self._detached = False
+        self._attached = True
 
     async def next(self, timeout: float | None = None) -> HubEvent | None:
         """The next event, or None if none came within `timeout` seconds."""
@@ -107,13 +149,18 @@ class Reader:
     def ack(self) -> None:
         self.cursor += 1
         self.last_read = time.monotonic()
-        self.hub._read(self.stream)
+        self._on_ack(self.stream)
 
     def detach(self, left: bool) -> None:
         """`left`: the client went away (rather than reading to the end)."""
-        if not self._detached:
-            self._detached = True
-            self.hub._detach(self, left)
+        if self._attached:
+            self._attached = False
+            self._on_detach(self, left)
 
+    def wake(self) -> None:
+        """An event was appended at or after the cursor."""
+        self._wake.set()
 
-# -- the hub -------------------------------------------------------------------
+    def abandon(self) -> None:
+        """Its stream never existed (the engine refused it): `detach` does nothing."""
+        self._attached = False

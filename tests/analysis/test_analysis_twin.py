@@ -13,8 +13,8 @@ from analysis.calibrate import calibrate
 from analysis.compare import compare
 from analysis.plots import write_plots
 from analysis.report import ROWS, rows, write_report
-from analysis.serve_options import ServeOptions
 from analysis.workloads import calibration_workload
+from scheduler.settings import ServeSettings
 from traces import write_trace
 
 from analysis_helpers import mixed_trace, save_tiny_llama
@@ -27,16 +27,16 @@ def model_dir(tmp_path_factory, smollm2):
 
 
 def test_calibrate_compare_and_report(model_dir, tmp_path):
-    options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
+    settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
     workload = calibration_workload(4, mixed_count=12, time_scale=0.2, max_model_len=256)
-    profile, path = calibrate(options, tmp_path / "cal", workload=workload, log=lambda *a: None)
+    profile, path = calibrate(settings, tmp_path / "cal", workload=workload, log=lambda *a: None)
     saved = json.loads(path.read_text())
     assert saved["steps"] > 20 and saved["max_batch"] == 4
     assert set(saved["overheads"]) == {"request_s", "delivery_s"}
     assert 0 <= saved["fit"]["mape"] < 10
 
     requests = mixed_trace()
-    comparison = compare(requests, profile, options, tmp_path / "cmp", log=lambda *a: None)
+    comparison = compare(requests, profile, settings, tmp_path / "cmp", log=lambda *a: None)
     for side in (comparison.live, comparison.sim):
         by_id = {o.id: o for o in side.outcomes}
         assert set(by_id) == {r.id for r in requests}
@@ -82,8 +82,8 @@ def test_calibrate_compare_and_report(model_dir, tmp_path):
 
 
 def test_compare_command_prints_the_table(model_dir, tmp_path):
-    options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
-    _, profile = calibrate(options, tmp_path / "cal", log=lambda *a: None,
+    settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
+    _, profile = calibrate(settings, tmp_path / "cal", log=lambda *a: None,
                            workload=calibration_workload(4, mixed_count=6, time_scale=0.1, max_model_len=256))
     write_trace(tmp_path / "trace.jsonl", mixed_trace())
     out = subprocess.run(
@@ -98,13 +98,13 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
 
 
 def test_a_chunking_server_is_mirrored_and_its_tokens_counted_on_both_sides(model_dir, tmp_path):
-    options = ServeOptions(model=str(model_dir), threads=1, max_batch=4, num_blocks=128,
-                           max_prefill_tokens=8, chunked_prefill=True)
-    profile, _ = calibrate(options, tmp_path / "cal", log=lambda *a: None,
+    settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128,
+                             max_prefill_tokens=8, chunked_prefill=True)
+    profile, _ = calibrate(settings, tmp_path / "cal", log=lambda *a: None,
                            workload=calibration_workload(4, mixed_count=6, time_scale=0.1,
                                                          max_model_len=256))
     requests = mixed_trace()  # prompts of 8 to 53 tokens: all but the first in chunks
-    comparison = compare(requests, profile, options, tmp_path / "cmp", log=lambda *a: None)
+    comparison = compare(requests, profile, settings, tmp_path / "cmp", log=lambda *a: None)
     assert comparison.server.sim_settings()["chunked_prefill"] is True
     for side in (comparison.live, comparison.sim):
         # the engine's count over the run, from its steps, is what the requests made

@@ -18,8 +18,8 @@ from analysis.hardware import profile_name
 from analysis.live_target import LiveTarget
 from analysis.report import ROWS
 from analysis.workloads import calibration_workload
-from live.serve_config import ServeSettings
 from live.engine.step_log import StepLog
+from scheduler.settings import ServeSettings
 from traces import write_trace
 
 from analysis_helpers import mixed_trace, save_tiny_llama

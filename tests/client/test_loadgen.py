@@ -16,9 +16,11 @@ from typing import Callable
 
 import pytest
 
-from live.client.loadgen import PromptFiller, add_parser, replay, request_body
+from live.client.loadgen import add_parser, replay
+from live.client.refusal import refusal_for
+from live.client.request_body import PromptFiller, request_body
 from traces.jsonl import write_trace
-from traces.outcome import RequestOutcome, read_outcomes, write_outcomes
+from traces.outcome import Refusal, RequestOutcome, read_outcomes, write_outcomes
 from traces.record import Client, LeaveHow, ReadMode, TraceRequest
 
 
@@ -299,8 +301,10 @@ def test_records_match_what_the_server_sent(stand_in):
     assert ids["ignore_eos"] is True and ids["max_new_tokens"] == 7
     assert (counted.finish_reason, counted.tokens_read, counted.prompt_tokens) == ("eos", 7, 12)
 
-    assert o["busy"].refused == "429 waiting queue full"
-    assert o["overloaded"].refused == "503 shutting down"
+    # The refusal in the simulator's vocabulary; the server's message beside it.
+    assert (o["busy"].refused, o["overloaded"].refused) == ("queue_full", "unavailable")
+    assert result.problems["busy"] == "429 waiting queue full"
+    assert result.problems["overloaded"] == "503 shutting down"
     for rid in ("busy", "overloaded"):
         assert (o[rid].tokens_read, o[rid].finish_reason, o[rid].left_s) == (0, None, None)
         assert o[rid].arrival_s < o[rid].headers_s  # a refusal has headers too
@@ -411,9 +415,18 @@ def test_connection_refused_is_recorded():
         port = s.getsockname()[1]  # closed when the block ends: nothing listens there
     result = replay(f"http://127.0.0.1:{port}", [req("nobody")], settle_s=0.0)
     (o,) = result.outcomes
-    assert o.refused.startswith("connection failed") and "nobody" in result.problems
+    assert o.refused == "unreachable" and result.problems["nobody"].startswith("connection failed")
     assert o.headers_s is None
     assert result.stats_before is None and result.wasted_tokens_total is None
+
+
+@pytest.mark.parametrize("status, refusal", [
+    (429, Refusal.QUEUE_FULL), (422, Refusal.TOO_LARGE), (400, Refusal.INVALID),
+    (404, Refusal.INVALID), (409, Refusal.INVALID), (413, Refusal.INVALID),
+    (503, Refusal.UNAVAILABLE), (500, Refusal.SERVER_ERROR), (502, Refusal.SERVER_ERROR),
+])
+def test_a_refusal_is_named_by_its_status(status, refusal):
+    assert refusal_for(status) is refusal
 
 
 def test_request_body_from_a_trace_record():

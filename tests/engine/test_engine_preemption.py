@@ -5,7 +5,7 @@ import pytest
 
 from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
-from live.engine.params import SamplingParams
+from live.runner.params import SamplingParams
 from scheduler import FinishReason, SchedulerConfig
 
 from engine_helpers import run_engine
@@ -54,7 +54,7 @@ def test_preempted_sequences_make_the_tokens_they_make_alone(family):
     for rid, (want_tokens, want_text) in alone.items():
         assert tokens[rid] == want_tokens, rid
         assert texts[rid] == want_text, rid
-        assert (finished[rid].reason, finished[rid].completion_tokens) == (FinishReason.LENGTH, NEW)
+        assert (finished[rid].reason, finished[rid].num_generated) == (FinishReason.LENGTH, NEW)
     assert core.is_drained() and core.pool.reservations == core.pool.releases == 6 + core.preemptions
     # each request's end says how often it was preempted and what it cost
     assert sum(f.preemptions for f in finished.values()) == core.preemptions

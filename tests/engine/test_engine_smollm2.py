@@ -5,7 +5,7 @@ import torch
 
 from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
-from live.engine.params import SamplingParams
+from live.runner.params import SamplingParams
 from scheduler import FinishReason, SchedulerConfig
 
 from engine_helpers import run_engine

@@ -5,13 +5,12 @@ import json
 import threading
 
 import pytest
-import torch
 
-from live.engine.engine import Engine, Finished, TokenOut
+from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
 from live.engine.step_log import StepLog
 from live.engine.step_loop import StepLoop
-from scheduler import FinishReason, SchedulerConfig
+from scheduler import FinishEvent, FinishReason, SchedulerConfig, TokenEvent
 
 from engine_helpers import run_engine
 from tiny_models import tiny_llama
@@ -45,17 +44,17 @@ def test_cancel_and_pause_mid_run_hold_and_free_blocks(engine):
     engine.step()
     assert core.snapshot().paused == 1 and core.pool.reserved_blocks == 13
     a_tokens = len(core.sequence("a").output)
-    events = engine.step()
-    assert [e.seq_id for e in events if isinstance(e, TokenOut)] == ["b"]
+    events = engine.step().events
+    assert [e.seq_id for e in events if isinstance(e, TokenEvent)] == ["b"]
     assert len(core.sequence("a").output) == a_tokens
     engine.cancel("b")
     assert core.pool.reserved_blocks == 13  # only at the next boundary
-    events = engine.step()
-    assert [(e.seq_id, e.reason) for e in events if isinstance(e, Finished)] == [("b", FinishReason.CANCELLED)]
+    events = engine.step().events
+    assert [(e.seq_id, e.reason) for e in events if isinstance(e, FinishEvent)] == [("b", FinishReason.CANCELLED)]
     assert core.pool.reserved_blocks == 7
     engine.resume("a")
     _, _, finished = run_engine(engine, {})
-    assert finished["a"].reason is FinishReason.LENGTH and finished["a"].completion_tokens == 20
+    assert finished["a"].reason is FinishReason.LENGTH and finished["a"].num_generated == 20
     assert core.is_drained()
     assert engine.runner.sampler.generators_held == 0
 
@@ -93,10 +92,10 @@ def test_failing_step_ends_its_sequences_with_error_and_leaks_nothing(engine, mo
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(engine.runner, "execute", broken)
-    assert engine.step() == []
+    assert engine.step().is_empty
     monkeypatch.setattr(engine.runner, "execute", real)
-    events = engine.step()
-    assert {(e.seq_id, e.reason) for e in events if isinstance(e, Finished)} == {
+    events = engine.step().events
+    assert {(e.seq_id, e.reason) for e in events if isinstance(e, FinishEvent)} == {
         ("a", FinishReason.ERROR), ("b", FinishReason.ERROR)}
     assert engine.core.is_drained()
 
@@ -105,9 +104,9 @@ def test_step_loop_delivers_batches_and_sleeps_when_idle(engine):
     batches = []
     done = threading.Event()
 
-    def deliver(events):
-        batches.append(events)
-        if any(isinstance(e, Finished) for e in events):
+    def deliver(output):
+        batches.append(output)
+        if any(isinstance(e, FinishEvent) for e in output.events):
             done.set()
 
     loop = StepLoop(engine, deliver)
@@ -132,5 +131,6 @@ def test_step_loop_delivers_batches_and_sleeps_when_idle(engine):
     loop.stop()
     assert not loop.alive
     assert engine.core.is_drained()
-    tokens = [e.token_id for batch in batches for e in batch if isinstance(e, TokenOut) and e.seq_id == "a"]
-    assert len(tokens) == 6 and all(len(b) >= 1 for b in batches)
+    tokens = [e.token_id for batch in batches for e in batch.events
+              if isinstance(e, TokenEvent) and e.seq_id == "a"]
+    assert len(tokens) == 6 and all(not b.is_empty for b in batches)

@@ -14,10 +14,10 @@ import torch
 
 from live.runner import cuda_graphs, model_runner
 from live.runner.attention import ReferenceDecodeAttention
-from live.engine.engine import Engine, Finished, TokenOut
+from live.engine.engine import Engine
 from live.runner.prefill_attention import PaddedPrefill
 from live.runner.model_runner import ModelRunner
-from scheduler import FinishReason, Scheduler, SchedulerConfig
+from scheduler import FinishEvent, FinishReason, Scheduler, SchedulerConfig, TokenEvent
 from tiny_models import BUILDERS, drive, prompt, request, tiny_gpt2, tiny_llama
 
 CUDA = torch.cuda.is_available()
@@ -218,10 +218,10 @@ def test_pool_whole_after_a_fast_path_run_with_cancels_and_pauses(fast_device):
             getattr(engine, wish)(seq_id)
         if n > max(wishes) and not engine.has_work():
             break
-        for e in engine.step():
-            if isinstance(e, TokenOut):
+        for e in engine.step().events:
+            if isinstance(e, TokenEvent):
                 tokens.setdefault(e.seq_id, []).append(e.token_id)
-            elif isinstance(e, Finished):
+            elif isinstance(e, FinishEvent):
                 finished[e.seq_id] = e
         device_s.append(runner.last_device_s)
     assert engine.core.is_drained()

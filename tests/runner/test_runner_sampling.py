@@ -2,7 +2,7 @@
 top-p narrow the draw; unseeded sampling follows the runner's global seed."""
 import torch
 
-from live.engine.params import GenerationInput, SamplingParams
+from live.runner.params import GenerationInput, SamplingParams
 from live.runner.sampler import Sampler
 from scheduler import Request, Sequence
 from tiny_models import drive, make, prompt, request, tiny_llama

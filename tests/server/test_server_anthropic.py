@@ -4,7 +4,7 @@ import json
 
 import httpx
 
-from live.serve_config import ServeSettings
+from scheduler.settings import ServeSettings
 from live.client.sse_parser import SSEParser
 from live_server import (TOY_NAME, RawStream, ToyTokenizer, engine_alone, held_app,
                          running_server, tiny_app, wait_idle)

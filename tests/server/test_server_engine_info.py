@@ -1,5 +1,5 @@
 """What the server tells a simulator about itself: `GET /v1/engine` (the model,
-where it runs, every setting of admission, batching and streams) and
+the hardware, the core as it runs, every serve setting) and
 `GET /v1/steps` (the step records, from a bounded ring, with or without a file)."""
 import json
 import os
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from analysis.server_info import ServerInfo
-from live.serve_config import ServeSettings
+from scheduler.settings import ServeSettings
 from sim import ConstantCost, build_setup
 
 from analysis_helpers import save_tiny_llama
@@ -35,18 +35,18 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
                              chunked_prefill=True, admission="optimistic")
     with running_server(settings) as url:
         info = httpx.get(url + "/v1/engine").json()
-        assert (info["model"], info["device"], info["dtype"]) == (model_dir.name, "cpu", "float32")
+        assert info["model"] == model_dir.name
         assert info["hardware"].endswith(f" x{os.cpu_count()}")
         assert info["torch_threads"] == torch.get_num_threads()
         assert info["scheduler"] == {"num_blocks": 40, "block_size": 8, "max_batch": 3,
                                      "max_waiting": 9, "max_model_len": 256,
                                      "max_prefill_tokens": 20, "chunked_prefill": True,
                                      "admission": "optimistic"}
-        assert info["policy"] == {"name": "pause", "max_queued": 7, "resume_at": None}
-        assert info["streams"] == {"max_queued": 7, "stall_timeout_s": 30.0,
-                                   "resume_grace_s": 2.0, "keepalive_s": 5.0,
-                                   "replay_events": 256, "event_padding": 0}
-        assert info["runner"] == {"gpu_memory_fraction": None, "eager": False}
+        assert ServeSettings(**info["settings"]) == settings
+        assert (info["settings"]["device"], info["settings"]["dtype"]) == ("cpu", "float32")
+        assert (info["settings"]["stall_timeout_s"], info["settings"]["gpu_memory_fraction"],
+                info["settings"]["eager"], info["settings"]["replay_events"]) == (
+                    30.0, None, False, 256)
         assert info["steps"] == {"ring": 50, "last": 0}
         # the simulator built from it runs the same settings
         setup = build_setup(ConstantCost(1.0), **ServerInfo.from_json(info).sim_settings())

@@ -20,7 +20,7 @@ import h2.events
 import httpx
 import pytest
 
-from live.serve_config import ServeSettings
+from scheduler.settings import ServeSettings
 from live.client.sse_parser import SSEEvent, SSEParser
 from live_server import (PacedRunner, RawStream, ServerThread, ToyTokenizer, engine_alone,
                          held_app, running_server, serve_command, stats, tiny_app, wait_for,

@@ -122,3 +122,4 @@ def test_python_m_live_serve_refuses_settings_that_make_no_sense():
         result = subprocess.run([sys.executable, "-m", "live", "serve", *args], cwd=root,
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("python -m live serve: ") and result.stderr.count("\n") == 1

@@ -6,7 +6,7 @@ from typing import Callable
 import httpx
 import pytest
 
-from live.serve_config import ServeSettings
+from scheduler.settings import ServeSettings
 from live_server import (TOY_CONTEXT, TOY_NAME, RawStream, held_app, running_server, stats,
                          tiny_app, wait_for, wait_idle)
 

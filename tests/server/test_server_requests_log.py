@@ -62,7 +62,8 @@ def test_pages_and_the_requests_that_fell_out_of_the_ring():
 
 
 def test_the_load_generator_names_the_streams_it_can():
-    from live.client.loadgen import PromptFiller, replay
+    from live.client.loadgen import replay
+    from live.client.request_body import PromptFiller
     from tiny_models import VOCAB
     from traces.record import TraceRequest
 

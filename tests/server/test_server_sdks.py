@@ -7,7 +7,7 @@ import pytest
 from engine_helpers import run_engine
 from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
-from live.serve_config import ServeSettings
+from scheduler.settings import ServeSettings
 from live.server.app import create_app
 from live.server.validation import ServedModel
 from live_server import running_server, wait_idle
@@ -47,18 +47,19 @@ def alone(smollm2):
 
 def test_openai_chat_completions_stream_and_not(served, alone):
     url, model = served
-    text, finished = alone(model.chat_prompt(MESSAGES))
+    prompt_ids = model.chat_prompt(MESSAGES)
+    text, finished = alone(prompt_ids)
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="x")
     answer = client.chat.completions.create(model=model.name, messages=MESSAGES,
                                             max_tokens=NEW, temperature=0)
     assert answer.choices[0].message.content == text
-    assert answer.usage.completion_tokens == finished.completion_tokens
+    assert answer.usage.completion_tokens == finished.num_generated
     chunks = list(client.chat.completions.create(
         model="default", messages=MESSAGES, max_completion_tokens=NEW, temperature=0,
         stream=True, stream_options={"include_usage": True}))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
-    assert chunks[-1].usage.completion_tokens == finished.completion_tokens
-    assert chunks[-1].usage.prompt_tokens == finished.prompt_tokens
+    assert chunks[-1].usage.completion_tokens == finished.num_generated
+    assert chunks[-1].usage.prompt_tokens == len(prompt_ids)
     assert [m.id for m in client.models.list()] == [model.name]
 
 
@@ -85,14 +86,14 @@ def test_anthropic_messages_stream_and_not(served, alone):
     message = client.messages.create(model=model.name, system=system, messages=MESSAGES,
                                      max_tokens=NEW, **greedy)
     assert message.content[0].text == text
-    assert message.usage.output_tokens == finished.completion_tokens
+    assert message.usage.output_tokens == finished.num_generated
     with client.messages.stream(model=model.name, system=system, messages=MESSAGES,
                                 max_tokens=NEW, **greedy) as stream:
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert streamed == text
     assert final.stop_reason in ("end_turn", "max_tokens")
-    assert final.usage.output_tokens == finished.completion_tokens
+    assert final.usage.output_tokens == finished.num_generated
 
 
 def test_sdk_errors_arrive_as_the_sdks_exceptions(served):

@@ -7,8 +7,8 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from live.engine.params import SamplingParams
-from live.serve_config import ServeSettings
+from live.runner.params import SamplingParams
+from scheduler.settings import ServeSettings
 from live_server import (ToyTokenizer, engine_alone, held_app, running_server, stats, tiny_app,
                          wait_for, wait_idle)
 

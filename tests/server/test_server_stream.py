@@ -6,8 +6,8 @@ import json
 
 import httpx
 
-from live.engine.params import SamplingParams
-from live.serve_config import ServeSettings
+from live.runner.params import SamplingParams
+from scheduler.settings import ServeSettings
 from live.client.sse_parser import SSEParser
 from live_server import (HeldRunner, RawStream, ToyTokenizer, engine_alone, held_app,
                          running_server, stats, tiny_app, wait_for, wait_idle)

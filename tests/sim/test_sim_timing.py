@@ -1,8 +1,10 @@
 """Replays with a constant step cost whose every time is worked out by hand."""
 import pytest
 
-from scheduler import SchedulerConfig
+from scheduler import SchedulerConfig, SubmitRefused
 from sim import ConstantCost, Overheads, ReplaySetup, replay
+from sim.serving.client import REFUSALS
+from traces.outcome import Refusal
 from traces.record import Client, TraceRequest
 
 
@@ -76,10 +78,15 @@ def test_refusals_are_recorded_and_the_rest_runs():
     result = replay(trace, setup(max_batch=1, num_blocks=4, max_waiting=1))
     a, b, c, d = result.outcomes
     assert (b.refused, b.finish_s, b.tokens_generated) == ("queue_full", 0.0, 0)
-    assert (c.refused, c.finish_s) == ("request_too_large", 0.0)
+    assert (c.refused, c.finish_s) == ("too_large", 0.0)
     assert (a.refused, a.finish_reason, a.finish_s) == (None, "length", 6)
     assert (d.refused, d.finish_reason, d.finish_s) == (None, "length", 13)
     assert result.summary.refused == 2 and result.summary.completed == 2
+
+
+def test_every_refusal_of_the_core_has_its_name_in_the_outcome_vocabulary():
+    assert set(REFUSALS) == set(SubmitRefused.__subclasses__())
+    assert set(REFUSALS.values()) == {Refusal.QUEUE_FULL, Refusal.TOO_LARGE, Refusal.INVALID}
 
 
 def test_outcomes_come_back_in_trace_order_and_ids_must_be_unique():

@@ -8,7 +8,7 @@ import threading
 import httpx
 import pytest
 
-from live.serve_config import ServeSettings
+from scheduler.settings import ServeSettings
 from live_server import (RawStream, held_app, running_server, stats, tiny_app, wait_for,
                          wait_idle)
 

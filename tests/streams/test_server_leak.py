@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from live.client.loadgen import PromptFiller, replay
+from live.client.loadgen import replay
+from live.client.request_body import PromptFiller
 from live_server import held_app, running_server, stats, wait_for
 from tiny_models import VOCAB
 from traces import Client, Fixed, LeaveHow, ReadMode, Uniform, generate

@@ -7,7 +7,7 @@ import json
 import socket
 import struct
 
-from live.serve_config import ServeSettings
+from scheduler.settings import ServeSettings
 from live_server import PacedRunner, running_server, stats, tiny_app, wait_for
 
 STREAMS = 800

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from live.serve_config import ServeSettings
+from scheduler.settings import ServeSettings
 from live_server import (PacedRunner, RawStream, ToyTokenizer, engine_alone, running_server,
                          stats, tiny_app, wait_for, wait_idle)
 

@@ -4,7 +4,7 @@ import pytest
 
 from traces import (TraceError, TraceRequest, detect_format, load_azure, load_burstgpt,
                     load_mooncake, load_trace, load_vidur, write_trace)
-from traces.azure import timestamp_ns
+from traces.public.azure import timestamp_ns
 
 
 def write(tmp_path, name, text):

@@ -52,7 +52,7 @@ def test_makespan_ends_when_the_last_client_is_done_with_its_request():
     # A live client that leaves records no finish, and a refused one only headers:
     # their leaving and their answer are when they were done.
     left = outcome("a", 1.0, [2.0], None, None, 1, left_s=6.0)
-    refused = outcome("b", 3.0, [], None, None, 0, headers_s=7.5, refused="429 queue full")
+    refused = outcome("b", 3.0, [], None, None, 0, headers_s=7.5, refused="queue_full")
     read = outcome("c", 2.0, [3.0, 4.0], 5.0, "length", 2)
     assert summarize([left, read]).makespan_s == 5.0  # 1.0 to 6.0
     assert summarize([left, refused, read]).makespan_s == 6.5  # 1.0 to 7.5
@@ -63,7 +63,7 @@ def test_makespan_ends_when_the_last_client_is_done_with_its_request():
 
 def test_live_and_simulated_records_of_the_same_replay_summarise_alike():
     live = [outcome("a", 0.0, [1.0, 1.5], None, None, 2, left_s=1.5, headers_s=0.1),
-            outcome("b", 0.5, [], None, None, 0, headers_s=0.6, refused="429 queue full"),
+            outcome("b", 0.5, [], None, None, 0, headers_s=0.6, refused="queue_full"),
             outcome("c", 0.5, [1.0, 2.0, 3.0], 3.25, "length", 3, headers_s=0.6)]
     simulated = [outcome("a", 0.0, [1.0, 1.5], 1.5, "cancelled", 2, left_s=1.5, headers_s=0.1),
                  outcome("b", 0.5, [], 0.6, None, 0, headers_s=0.6, refused="queue_full"),

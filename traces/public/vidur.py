@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .arrivals import arrival_times
-from .errors import TraceError
-from .public import PublicRow, csv_header, csv_rows, requests_from_rows, seconds, token_count
-from .record import TraceRequest
-from .shaping import shape
+from ..arrivals import arrival_times
+from ..errors import TraceError
+from ..record import TraceRequest
+from ..shaping import shape
+from .rows import PublicRow, csv_header, csv_rows, requests_from_rows, seconds, token_count
 
 LENGTHS = ("num_prefill_tokens", "num_decode_tokens")
 TIMED = ("arrived_at", *LENGTHS)

@@ -11,21 +11,48 @@ after its stall would outlast the timeout."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import simpy
 
 from scheduler import (BacklogPolicy, Decision, Event, FinishEvent, FinishReason, Request,
                        Scheduler, Sequence, TokenEvent)
+from traces.outcome import RequestOutcome
+from traces.record import TraceRequest
 
-from .overheads import Overheads
+from ..overheads import Overheads
+from ..wire import WireFormat
 from .connection import Connection
-from .wire import WireFormat
 
-if TYPE_CHECKING:
-    from traces import TraceRequest
 
-    from .client import SimClient
+class Reader(Protocol):
+    """The client at the other end of a stream, as the hub sees it. An instant
+    reader's tokens are taken here as they are delivered (see `SimClient`)."""
+
+    request: TraceRequest
+    outcome: RequestOutcome
+    """Filled by the hub with what only the server sees."""
+    connection: Connection | None
+    """Set by the hub when the request is accepted."""
+    instant: bool
+    next_run: int
+    leaves_after_index: int
+
+    def notify(self) -> None:
+        """The hub has put events in the connection."""
+
+    def leave(self) -> None:
+        """Leave now: an instant reader at the token it leaves after."""
+
+    def read_final(self, now: float) -> None:
+        """An instant reader takes the stream's final event."""
+
+    def new_run(self, index: int, step: int) -> None:
+        """An instant reader's token `index` came with `step`: a run of one token a
+        step begins."""
+
+    def preempted(self, tokens: int) -> None:
+        """An instant reader's sequence lost its blocks after making `tokens`."""
 
 
 class Hub:
@@ -43,11 +70,11 @@ class Hub:
         self.resume_grace_s = resume_grace_s
         self.max_tokens_factor = max_tokens_factor
         self.engine_waits = policy.engine_waits
-        self.clients: dict[str, SimClient] = {}
-        self.backlogged: dict[SimClient, None] = {}
+        self.clients: dict[str, Reader] = {}
+        self.backlogged: dict[Reader, None] = {}
         """Clients whose server-side queue is not empty, in the order they backed up
         (a dict, so that the policy sees them in the same order in every run)."""
-        self.instant_readers: dict[str, SimClient] = {}
+        self.instant_readers: dict[str, Reader] = {}
         """Instant readers still reading: they take events as they are delivered."""
         self.step_times: list[float] = []
         """When each step's events were delivered, in step order."""
@@ -57,11 +84,11 @@ class Hub:
         """Events the engine made for streams the server had already closed."""
         self.stall_check_s = policy.stall_check_interval_s
         """The watchdog's tick; None when the policy never drops."""
-        self._stall_checks: set[SimClient] = set()
+        self._stall_checks: set[Reader] = set()
         """Clients with a stall check scheduled: at most one each."""
         self._drained: simpy.Event | None = None
 
-    def open(self, client: SimClient) -> None:
+    def open(self, client: Reader) -> None:
         """Submit the client's request; a refusal propagates before the stream opens."""
         r = client.request
         # it asks for what max_tokens_factor says; its payload is where the model stops
@@ -103,9 +130,9 @@ class Hub:
             if reader is not None:
                 reader.preempted(len(seq.output))
 
-    def committed(self, events: list[Event], now: float, step: bool = True) -> None:
+    def committed(self, events: list[Event], now: float, from_step: bool = True) -> None:
         """Book what the engine did at `now`, then deliver the events to the
-        streams once the delivery delay has passed. `step` is False for the final
+        streams once the delivery delay has passed. `from_step` is False for the final
         events of sequences cancelled with nothing to compute."""
         clients, left = self.clients, self.left
         for event in events:
@@ -121,14 +148,14 @@ class Hub:
                     o.finish_reason = event.reason.value
         delay = self.overheads.delivery_s
         if delay:
-            self.env.timeout(delay).callbacks.append(lambda _: self.deliver(events, step))
+            self.env.timeout(delay).callbacks.append(lambda _: self.deliver(events, from_step))
         else:
-            self.deliver(events, step)
+            self.deliver(events, from_step)
 
-    def deliver(self, events: list[Event], step: bool) -> None:
+    def deliver(self, events: list[Event], from_step: bool) -> None:
         now = self.env.now
         clients, instant, backlogged = self.clients, self.instant_readers, self.backlogged
-        if step:
+        if from_step:
             step_index = len(self.step_times)
             self.step_times.append(now)
         for event in events:
@@ -146,21 +173,21 @@ class Hub:
                         reader.leave()
                     continue
             client = clients[event.seq_id]
-            stream = client.connection
-            if stream.closed:
+            connection = client.connection
+            if connection.closed:
                 self.events_discarded += 1
                 continue
             if is_token:
                 size = self.token_bytes
             else:
-                stream.closed = True
+                connection.closed = True
                 if instant.pop(event.seq_id, None) is not None:
                     client.read_final(now)
                     continue
                 size = self.final_bytes
-            stream.put(event, size, now)
+            connection.put(event, size, now)
             client.notify()
-            if stream.queue and client not in backlogged:
+            if connection.queue and client not in backlogged:
                 backlogged[client] = None
                 if self.stall_check_s is not None:
                     self._watch_stall(client)
@@ -175,12 +202,12 @@ class Hub:
 
     # -- from the clients -------------------------------------------------------
 
-    def after_take(self, client: SimClient) -> None:
+    def after_take(self, client: Reader) -> None:
         if not client.connection.queue:
             self._unbacklog(client)
         self._decide(client, self.env.now)
 
-    def client_left(self, client: SimClient) -> None:
+    def client_left(self, client: Reader) -> None:
         self.left.add(client.request.id)
         self.instant_readers.pop(client.request.id, None)
         delay = self.overheads.disconnect_detect_s
@@ -191,15 +218,15 @@ class Hub:
 
     # -- inside -----------------------------------------------------------------
 
-    def _disconnected(self, client: SimClient) -> None:
+    def _disconnected(self, client: Reader) -> None:
         """The server notices the client has gone: it drops what it had not sent and,
         if the sequence is still going, cancels it, or with a resume grace pauses it
         and cancels it when the grace runs out."""
-        stream = client.connection
-        stream.discard_queue()
+        connection = client.connection
+        connection.discard_queue()
         self._unbacklog(client)
-        if not stream.closed:
-            stream.closed = True
+        if not connection.closed:
+            connection.closed = True
             seq_id = client.request.id
             if self.resume_grace_s:
                 self.core.pause(seq_id)
@@ -214,27 +241,27 @@ class Hub:
         self.core.cancel(seq_id)
         self.wake()
 
-    def _decide(self, client: SimClient, now: float) -> None:
+    def _decide(self, client: Reader, now: float) -> None:
         """Apply the policy to one stream. A closed stream has nothing left to
         decide: its sequence has finished or is being cancelled."""
-        stream = client.connection
-        if stream.closed:
+        connection = client.connection
+        if connection.closed:
             return
-        decision = self.policy.decide(stream.backlog(), now)
+        decision = self.policy.decide(connection.backlog(), now)
         if decision is Decision.CONTINUE:
             return
         seq_id = client.request.id
         if decision is Decision.PAUSE:
-            stream.paused = True
+            connection.paused = True
             self.core.pause(seq_id)
         elif decision is Decision.RESUME:
-            stream.paused = False
+            connection.paused = False
             self.core.resume(seq_id)
         else:
             self._drop(client, now)
         self.wake()
 
-    def _watch_stall(self, client: SimClient) -> None:
+    def _watch_stall(self, client: Reader) -> None:
         """Check the stream at the first watchdog tick after its stall, as it stands,
         outlasts the timeout. A check already scheduled is no later than that, since
         a stall only ever starts later: it looks, and schedules the next one."""
@@ -248,7 +275,7 @@ class Hub:
             tick += interval
         self.env.timeout(tick - now).callbacks.append(lambda _: self._check_stall(client))
 
-    def _check_stall(self, client: SimClient) -> None:
+    def _check_stall(self, client: Reader) -> None:
         self._stall_checks.discard(client)
         if client not in self.backlogged or client.connection.closed:
             return  # the reader caught up or the stream ended: nothing to watch
@@ -256,23 +283,23 @@ class Hub:
         if not client.connection.closed:
             self._watch_stall(client)
 
-    def _drop(self, client: SimClient, now: float) -> None:
+    def _drop(self, client: Reader, now: float) -> None:
         """Cancel the sequence and end the stream with a `slow_client` final event,
         sent after what is already in the connection."""
         seq_id = client.request.id
         seq = self.core.sequence(seq_id)
         self.core.cancel(seq_id, FinishReason.SLOW_CLIENT)
         client.outcome.finish_reason = FinishReason.SLOW_CLIENT.value
-        stream = client.connection
-        stream.discard_queue()
-        stream.closed = True
-        stream.put(FinishEvent(seq_id, FinishReason.SLOW_CLIENT, len(seq.output) if seq else 0),
+        connection = client.connection
+        connection.discard_queue()
+        connection.closed = True
+        connection.put(FinishEvent(seq_id, FinishReason.SLOW_CLIENT, len(seq.output) if seq else 0),
                    self.final_bytes, now)
         client.notify()
-        if not stream.queue:
+        if not connection.queue:
             self._unbacklog(client)
 
-    def _unbacklog(self, client: SimClient) -> None:
+    def _unbacklog(self, client: Reader) -> None:
         self.backlogged.pop(client, None)
         if not self.backlogged and self._drained is not None:
             drained, self._drained = self._drained, None

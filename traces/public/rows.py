@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .errors import TraceError, shown
-from .record import TraceRequest
-from .shaping import to_microsecond
+from ..errors import TraceError, shown
+from ..record import TraceRequest
+from ..shaping import to_microsecond
 
 
 @dataclass(frozen=True, slots=True)

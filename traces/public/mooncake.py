@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import TraceError, shown
-from .jsonl import json_lines
-from .public import PublicRow, requests_from_rows
-from .record import TraceRequest
-from .shaping import shape
+from ..errors import TraceError, shown
+from ..jsonl import json_lines
+from ..record import TraceRequest
+from ..shaping import shape
+from .rows import PublicRow, requests_from_rows
 
 FIELDS = ("timestamp", "input_length", "output_length")
 

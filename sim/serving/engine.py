@@ -7,9 +7,9 @@ import simpy
 
 from scheduler import FinishReason, Scheduler, StepPlan
 
-from .cost_model import CostModel
+from ..cost_model import CostModel
+from ..timeseries import TimeSeries
 from .hub import Hub
-from .timeseries import TimeSeries
 
 
 class SimEngine:
@@ -49,7 +49,7 @@ class SimEngine:
             if not n and not plan.partials:
                 self._record(0)
                 if plan.finished:  # cancels applied with nothing to compute
-                    hub.committed(plan.finished, env.now, step=False)
+                    hub.committed(plan.finished, env.now, from_step=False)
                 else:  # everything is paused
                     yield self._sleep()
                 continue

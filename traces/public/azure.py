@@ -13,10 +13,10 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from .errors import TraceError, shown
-from .public import PublicRow, csv_rows, requests_from_rows, token_count
-from .record import TraceRequest
-from .shaping import shape
+from ..errors import TraceError, shown
+from ..record import TraceRequest
+from ..shaping import shape
+from .rows import PublicRow, csv_rows, requests_from_rows, token_count
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _STAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .public import PublicRow, csv_rows, requests_from_rows, seconds, token_count
-from .record import TraceRequest
-from .shaping import shape
+from ..record import TraceRequest
+from ..shaping import shape
+from .rows import PublicRow, csv_rows, requests_from_rows, seconds, token_count
 
 COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .events import FinishEvent
-from .request import Sequence
+from ..events import FinishEvent
+from ..request import Sequence
 
 
 @dataclass(slots=True)

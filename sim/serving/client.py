@@ -9,27 +9,42 @@ Nothing ever queues for an instant reader, so its sequence is never paused: from
 its first token on, every step makes one token for it, and it takes them as the
 steps are delivered, until a preemption (optimistic admission) leaves it out of
 some steps. Its token times are therefore runs of the hub's step delivery times
-(`Hub.step_times`): it notes the step and token index where each run starts, and
+(`Server.step_times`): it notes the step and token index where each run starts, and
 turns them into times when its stream ends or it leaves, rather than one by one."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import simpy
 
 from scheduler import (FinishReason, InvalidRequest, QueueFull, RequestTooLarge, SubmitRefused,
                        TokenEvent)
-from traces.outcome import RequestOutcome
+from traces.outcome import Refusal, RequestOutcome
 from traces.record import ReadMode, TraceRequest
 
-from .overheads import Overheads
+from ..overheads import Overheads
 from .connection import Connection
 
-if TYPE_CHECKING:
-    from .hub import Hub
+REFUSALS = {QueueFull: Refusal.QUEUE_FULL, RequestTooLarge: Refusal.TOO_LARGE,
+            InvalidRequest: Refusal.INVALID}
+"""The outcome's name for each refusal of the core, as the live client names the
+HTTP status the server answers it with."""
 
-REFUSALS = {QueueFull: "queue_full", RequestTooLarge: "request_too_large",
-            InvalidRequest: "invalid_request"}
+
+class Server(Protocol):
+    """The server side of a client's stream (the hub), as the client sees it."""
+
+    step_times: list[float]
+    """When each step's events were delivered, in step order."""
+
+    def open(self, client: SimClient) -> None:
+        """Submit the request and open its connection; raises the core's refusal."""
+
+    def after_take(self, client: SimClient) -> None:
+        """The client has taken an event off its connection."""
+
+    def client_left(self, client: SimClient) -> None:
+        """The client has closed its connection."""
 
 
 class SimClient:
@@ -37,11 +52,11 @@ class SimClient:
     this client read each event. `finish_s` is when it read the stream's last event,
     or when it left."""
 
-    __slots__ = ("env", "request", "behaviour", "hub", "request_s", "instant",
+    __slots__ = ("env", "request", "behaviour", "server", "request_s", "instant",
                  "leave_after_tokens", "leaves_after_index", "outcome", "connection", "done",
                  "runs", "next_run", "run_end", "_readable")
 
-    def __init__(self, env: simpy.Environment, request: TraceRequest, hub: Hub,
+    def __init__(self, env: simpy.Environment, request: TraceRequest, server: Server,
                  overheads: Overheads):
         behaviour = request.client
         if behaviour.read is ReadMode.BYTE_RATE and not behaviour.bytes_per_s > 0:
@@ -51,7 +66,7 @@ class SimClient:
         self.env = env
         self.request = request
         self.behaviour = behaviour
-        self.hub = hub
+        self.server = server
         self.request_s = overheads.request_s
         self.instant = behaviour.read is ReadMode.INSTANT
         self.leave_after_tokens = behaviour.leave_after_tokens
@@ -84,9 +99,9 @@ class SimClient:
         # (a refusal is an answer too).
         self.outcome.headers_s = env.now
         try:
-            self.hub.open(self)
+            self.server.open(self)
         except SubmitRefused as refusal:
-            self.outcome.refused = REFUSALS.get(type(refusal), type(refusal).__name__)
+            self.outcome.refused = REFUSALS[type(refusal)].value
             self.outcome.finish_s = env.now
             self.done = True
             return
@@ -111,30 +126,30 @@ class SimClient:
         self.done = True
         if self.instant and self.runs:
             index, step = self.runs[-1]
-            taken = index + len(self.hub.step_times) - step
+            taken = index + len(self.server.step_times) - step
             self._took_steps(taken if self.run_end is None else min(taken, self.run_end))
         if self.connection is None:
             o.finish_reason = FinishReason.CANCELLED.value  # never reached the engine
         else:
-            self.hub.client_left(self)
+            self.server.client_left(self)
 
     def _read(self):
-        env, stream, behaviour = self.env, self.connection, self.behaviour
+        env, connection, behaviour = self.env, self.connection, self.behaviour
         per_event = behaviour.read is ReadMode.PER_EVENT
         while not self.done:
-            if not stream.buffer:
+            if not connection.buffer:
                 self._readable = env.event()
                 yield self._readable
                 continue
             if not per_event:
-                yield env.timeout(stream.head_bytes() / behaviour.bytes_per_s)
+                yield env.timeout(connection.head_bytes() / behaviour.bytes_per_s)
                 if self.done:
                     return
-            if type(stream.take(env.now)) is TokenEvent:
+            if type(connection.take(env.now)) is TokenEvent:
                 self.read_token(env.now)
             else:
                 self.read_final(env.now)
-            self.hub.after_take(self)
+            self.server.after_take(self)
             if per_event and not self.done:
                 yield env.timeout(behaviour.pause_s)
 
@@ -171,7 +186,7 @@ class SimClient:
         """An instant reader's record of the `tokens` it took, one per step within
         each run."""
         o = self.outcome
-        steps, runs = self.hub.step_times, self.runs
+        steps, runs = self.server.step_times, self.runs
         ends = [index for index, _ in runs[1:]] + [tokens]
         o.token_times_s = [t for (index, step), end in zip(runs, ends)
                            for t in steps[step:step + end - index]]

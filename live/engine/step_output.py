@@ -1,0 +1,25 @@
+"""What one engine step hands on: the core's events, and the text the engine made
+of them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler import Event
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    events: list[Event]
+    """The core's `TokenEvent`s and `FinishEvent`s, in the core's order."""
+    deltas: dict[str, str]
+    """The text each sequence's token of this step adds (empty while held back)."""
+    held: dict[str, str]
+    """For each sequence finished in this step, the text held back to its end (an
+    unfinished stop-string prefix)."""
+    admitted: list[str]
+    """Sequences admitted for the first time: their prefill starts in this step (and
+    with chunked prefill may end several steps later, with their first token)."""
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.events and not self.admitted

@@ -1,0 +1,128 @@
+"""The routes clients generate through, one wire format each: the project's own
+stream (and following it again), OpenAI completions and chat completions with the
+model list their clients read first, and Anthropic messages.
+
+A request is read and checked, tokenized and submitted before any byte of the
+answer: every refusal is an ordinary JSON error in its API's envelope."""
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..streams.stream import EventGone, StreamOver, UnknownStream
+from . import wire_anthropic, wire_openai, wire_stream
+from .replies import answer, event_stream, refuse, service_of
+from .validation import ErrorKind, RequestError, read_json, request_id
+
+
+# -- the project's own stream --------------------------------------------------
+
+async def post_stream(request: Request):
+    service = service_of(request)
+    try:
+        body = await read_json(request, service.settings.max_body_bytes)
+        stream, reader = service.submit(wire_stream.parse(body, service.served), request_id(request))
+    except RequestError as exc:
+        return refuse(service, exc, wire_stream.error_body)
+    return event_stream(service, reader, wire_stream.StreamRenderer(stream.id), stream.id)
+
+
+async def get_stream(request: Request):
+    """Follow a stream (again) from the event after `Last-Event-ID`."""
+    service = service_of(request)
+    stream_id = request.path_params["stream_id"]
+    try:
+        after = wire_stream.last_event_seq(request.headers.get("last-event-id"), stream_id)
+        reader = service.hub.follow(stream_id, after)
+    except UnknownStream:
+        error = RequestError(ErrorKind.NOT_FOUND, f"no stream {stream_id!r} (unknown, or "
+                                                  "finished long enough ago to be forgotten)")
+        return refuse(service, error, wire_stream.error_body)
+    except EventGone as exc:
+        return refuse(service, RequestError(ErrorKind.GONE, str(exc), "Last-Event-ID"),
+                      wire_stream.error_body)
+    except StreamOver:
+        return Response(status_code=204)  # tells an EventSource to stop reconnecting
+    except ValueError as exc:
+        return refuse(service, RequestError(ErrorKind.INVALID, str(exc), "Last-Event-ID"),
+                      wire_stream.error_body)
+    except RequestError as exc:
+        return refuse(service, exc, wire_stream.error_body)
+    return event_stream(service, reader, wire_stream.StreamRenderer(stream_id), stream_id)
+
+
+# -- OpenAI --------------------------------------------------------------------
+
+async def post_completions(request: Request):
+    return await _openai(request, chat=False)
+
+
+async def post_chat_completions(request: Request):
+    return await _openai(request, chat=True)
+
+
+async def _openai(request: Request, chat: bool):
+    service = service_of(request)
+    try:
+        body = await read_json(request, service.settings.max_body_bytes)
+        if chat:
+            generation = wire_openai.parse_chat(body, service.served,
+                                                service.settings.default_max_tokens)
+        else:
+            generation = wire_openai.parse_completion(body, service.served)
+        stream, reader = service.submit(generation, request_id(request))
+    except RequestError as exc:
+        return refuse(service, exc, wire_openai.error_body)
+    response_id = f"{'chatcmpl' if chat else 'cmpl'}-{stream.id}"
+    model = service.served.name
+    renderer = wire_openai.ChunkRenderer(chat, response_id, model, generation)
+    return answer(service, generation, reader, renderer, stream.id,
+                  lambda text, done: wire_openai.completion_body(chat, response_id, model,
+                                                                 text, done),
+                  wire_openai.error_body)
+
+
+async def get_models(request: Request):
+    service = service_of(request)
+    return JSONResponse(wire_openai.models_body(service.served, service.started))
+
+
+async def get_model(request: Request):
+    service = service_of(request)
+    name = request.path_params["model"]
+    if not service.served.accepts(name):
+        error = RequestError(ErrorKind.NOT_FOUND, f"the model '{name}' is not served here",
+                             "model")
+        return refuse(service, error, wire_openai.error_body)
+    return JSONResponse(wire_openai.model_card(service.served, service.started))
+
+
+# -- Anthropic -----------------------------------------------------------------
+
+async def post_messages(request: Request):
+    service = service_of(request)
+    try:
+        body = await read_json(request, service.settings.max_body_bytes)
+        generation, stops = wire_anthropic.parse_messages(body, service.served)
+        stream, reader = service.submit(generation, request_id(request))
+    except RequestError as exc:
+        return refuse(service, exc, wire_anthropic.error_body)
+    message_id = f"msg_{stream.id}"
+    model = service.served.name
+    renderer = wire_anthropic.MessageRenderer(message_id, model, stops)
+    return answer(service, generation, reader, renderer, stream.id,
+                  lambda text, done: wire_anthropic.message_body(message_id, model, text,
+                                                                 done, stops),
+                  wire_anthropic.error_body)
+
+
+ROUTES = [
+    Route("/v1/stream", post_stream, methods=["POST"]),
+    Route("/v1/stream/{stream_id}", get_stream, methods=["GET"]),
+    Route("/v1/completions", post_completions, methods=["POST"]),
+    Route("/v1/chat/completions", post_chat_completions, methods=["POST"]),
+    Route("/v1/models", get_models, methods=["GET"]),
+    Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+    Route("/v1/messages", post_messages, methods=["POST"]),
+]

@@ -1,0 +1,86 @@
+"""The service the routes share: what a request is submitted to, and what a
+graceful shutdown ends."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from scheduler import QueueFull, RequestTooLarge, SubmitRefused
+
+from ..engine.engine import Engine
+from ..engine.step_loop import StepLoop
+from scheduler.settings import ServeSettings
+from ..streams.hub import Hub
+from ..streams.prometheus import ServerMetrics
+from ..streams.stream import Reader, Stream, StreamExists
+from .validation import ErrorKind, GenerationRequest, RequestError, ServedModel
+
+log = logging.getLogger("twinstep.server")
+
+
+class LiveService:
+    """Everything behind the routes: the engine and its step loop, the hub, the
+    metrics, and the shutdown that ends them in order."""
+
+    def __init__(self, engine: Engine, served: ServedModel, settings: ServeSettings):
+        self.engine = engine
+        self.served = served
+        self.settings = settings
+        self.metrics = ServerMetrics()
+        self.hub = Hub(engine, settings, self.metrics)
+        self.step_loop = StepLoop(engine, self.hub.deliver, self.hub.before_step,
+                                  self.hub.after_step)
+        self.started = int(time.time())
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.hub.bind(self._loop)
+        self.step_loop.start()
+
+    def submit(self, request: GenerationRequest, stream_id: str | None = None) -> tuple[Stream, Reader]:
+        """A stream for an accepted request, named `stream_id` if the client chose
+        one, or the refusal."""
+        if self.hub.shutting_down:
+            raise RequestError(ErrorKind.UNAVAILABLE, "the server is shutting down",
+                               retry_after_s=self.settings.retry_after_s)
+        try:
+            stream, reader = self.hub.open(len(request.prompt_ids), stream_id)
+        except StreamExists:
+            raise RequestError(ErrorKind.CONFLICT, f"a stream named {stream_id!r} is open or was "
+                                                   f"recently: choose another X-Request-Id",
+                               "X-Request-Id") from None
+        try:
+            self.engine.submit(stream.id, request.prompt_ids, request.max_new_tokens,
+                               request.sampling)
+        except SubmitRefused as exc:
+            self.hub.discard(stream)
+            raise self._refusal(exc) from None
+        return stream, reader
+
+    def _refusal(self, exc: SubmitRefused) -> RequestError:
+        if isinstance(exc, QueueFull):
+            return RequestError(ErrorKind.QUEUE_FULL, str(exc),
+                                retry_after_s=self.settings.retry_after_s)
+        kind = ErrorKind.TOO_LONG if isinstance(exc, RequestTooLarge) else ErrorKind.INVALID
+        return RequestError(kind, str(exc))
+
+    def request_shutdown(self) -> None:
+        """From any thread (a signal handler, a test): stop admitting, end the streams."""
+        if self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self.hub.shutdown)
+        except RuntimeError:  # the loop is closed: the service stopped already
+            pass
+
+    async def stop(self) -> None:
+        """After the connections have closed: wait for the engine to let go of every
+        stream, then stop the step loop."""
+        self.hub.shutdown()
+        if not await self.hub.wait_drained(self.settings.shutdown_timeout_s):
+            log.error("the engine still held streams %.1f s after shutdown began",
+                      self.settings.shutdown_timeout_s)
+        self.step_loop.stop()
+        self.engine.step_log.close()

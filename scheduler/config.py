@@ -1,0 +1,33 @@
+"""The core's settings: the block pool, the batch and waiting limits, the
+context, the prefill budget of a step and the admission policy."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .admission import ADMISSION_POLICIES
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    num_blocks: int
+    block_size: int = 16
+    max_batch: int = 16
+    max_waiting: int = 256
+    max_model_len: int | None = None
+    max_prefill_tokens: int | None = None
+    """Prompt tokens prefilled in one step. Without `chunked_prefill` the first
+    admission of a step ignores it, so that a long prompt still runs whole."""
+    chunked_prefill: bool = False
+    """Cut prompts into chunks that fill `max_prefill_tokens`, so that a long prompt
+    is prefilled over several steps beside the decodes instead of stalling them."""
+    admission: str = "reserve"
+    """The admission policy, by name (`ADMISSION_POLICIES`)."""
+
+    def __post_init__(self):
+        if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
+            raise ValueError("max_prefill_tokens must be at least 1")
+        if self.chunked_prefill and self.max_prefill_tokens is None:
+            raise ValueError("chunked prefill needs max_prefill_tokens, the chunk budget of a step")
+        if self.admission not in ADMISSION_POLICIES:
+            raise ValueError(f"unknown admission policy {self.admission!r}; known: "
+                             f"{', '.join(sorted(ADMISSION_POLICIES))}")
