@@ -4,7 +4,7 @@ illustrative GPU-like profile of bench_sim.py, as the KV pool shrinks. Both poli
 replay the same trace on the same pool, side by side in one run.
 
     .venv/bin/python benchmarks/bench_admission.py [--azure PATH] [--time-scale 0.5]
-        [--blocks 26000,4000,3000,2000] [--max-tokens-factors 1,4]
+        [--blocks 26000,4000,3000,2000] [--max-tokens-factors 1,4] [--max-overtakes N]
 
 Figures per pool, policy and max-tokens factor (clients asking for that many times
 the tokens they get, as the trace's output lengths are what the model made): TTFT
@@ -39,24 +39,29 @@ def main() -> int:
                    help="KV pool sizes (blocks of 16 tokens), comma-separated")
     p.add_argument("--max-tokens-factors", default="1,4",
                    help="how many times the tokens they get clients ask for, comma-separated")
+    p.add_argument("--max-overtakes", type=int, default=GPU_ENGINE.max_overtakes,
+                   help="how often a waiting request may be passed by ones that fit "
+                        "(0: strict arrival order)")
     args = p.parse_args()
     trace = load_trace(args.azure, time_scale=args.time_scale)
     prompt_tokens = sum(r.prompt_tokens for r in trace)
     print(f"{args.azure.name} at time scale {args.time_scale}: {len(trace)} requests, "
           f"{prompt_tokens} prompt tokens; "
-          f"step costs {dataclasses.asdict(GPU_COST)}")
+          f"max overtakes {args.max_overtakes}; step costs {dataclasses.asdict(GPU_COST)}")
     print("\n| asks | blocks | admission | TTFT p50 s | TTFT p99 s | e2e p50 s | tokens/s "
           "| makespan s | peak running | preemptions | recomputed tokens | refused | wall s |")
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for factor in map(float, args.max_tokens_factors.split(",")):
         for blocks in map(int, args.blocks.split(",")):
             for admission in POLICIES:
-                row(trace, prompt_tokens, factor, blocks, admission)
+                row(trace, prompt_tokens, factor, blocks, admission, args.max_overtakes)
     return 0
 
 
-def row(trace, prompt_tokens: int, factor: float, blocks: int, admission: str) -> None:
-    config = dataclasses.replace(GPU_ENGINE, num_blocks=blocks, admission=admission)
+def row(trace, prompt_tokens: int, factor: float, blocks: int, admission: str,
+        max_overtakes: int) -> None:
+    config = dataclasses.replace(GPU_ENGINE, num_blocks=blocks, admission=admission,
+                                 max_overtakes=max_overtakes)
     start = time.perf_counter()
     s = replay(trace, ReplaySetup(config, GPU_COST, max_tokens_factor=factor)).summary
     wall = time.perf_counter() - start

@@ -1,10 +1,12 @@
-"""`python -m scheduler demo [--admission reserve|optimistic] [--chunk N]`: drive
-the core by hand for a few steps and show admission (by whole reservation, or
-optimistic with preemption), prompts prefilled whole or N tokens a step, a cancel,
-a pause and the pool after the run."""
+"""`python -m scheduler demo [--admission reserve|optimistic] [--chunk N]
+[--max-overtakes N]`: drive the core by hand for a few steps and show admission (by
+whole reservation, or optimistic with preemption; a small request going ahead of
+one that does not fit, or strict arrival order), prompts prefilled whole or N
+tokens a step, a cancel, a pause and the pool after the run."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
 from .admission import ADMISSION_POLICIES
 from .config import SchedulerConfig
@@ -12,10 +14,13 @@ from .core import Scheduler
 from .events import FinishEvent
 from .request import Request
 
+CORE_DEFAULT_OVERTAKES = {f.name: f.default for f in fields(SchedulerConfig)}["max_overtakes"]
 
-def demo(admission: str, chunk: int | None) -> int:
+
+def demo(admission: str, chunk: int | None, max_overtakes: int) -> int:
     core = Scheduler(SchedulerConfig(num_blocks=7, block_size=4, max_batch=3, admission=admission,
-                                     max_prefill_tokens=chunk, chunked_prefill=chunk is not None))
+                                     max_prefill_tokens=chunk, chunked_prefill=chunk is not None,
+                                     max_overtakes=max_overtakes))
     for i, (prompt, new) in enumerate([(6, 6), (10, 8), (3, 12), (5, 4)]):
         core.submit(Request(f"r{i}", prompt, new))
     wishes = {2: ("pause", "r0"), 4: ("cancel", "r1"), 5: ("resume", "r0")}
@@ -47,8 +52,11 @@ def main() -> int:
     parser.add_argument("command", choices=["demo"])
     parser.add_argument("--admission", default="reserve", choices=sorted(ADMISSION_POLICIES))
     parser.add_argument("--chunk", type=int, help="prefill prompts at most this many tokens a step")
+    parser.add_argument("--max-overtakes", type=int, default=CORE_DEFAULT_OVERTAKES,
+                        help="later requests that may go ahead of one that does not fit; "
+                             "0: strict arrival order")
     args = parser.parse_args()
-    return demo(args.admission, args.chunk)
+    return demo(args.admission, args.chunk, args.max_overtakes)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The core's settings: the block pool, the batch and waiting limits, the
-context, the prefill budget of a step and the admission policy."""
+context, the prefill budget of a step, the admission policy and how far a request
+may be overtaken."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,16 @@ class SchedulerConfig:
     is prefilled over several steps beside the decodes instead of stalling them."""
     admission: str = "reserve"
     """The admission policy, by name (`ADMISSION_POLICIES`)."""
+    max_overtakes: int = 4
+    """How many later requests that fit may be admitted ahead of a waiting request
+    that does not; once it has been overtaken that often, nothing overtakes it and
+    admission stops behind it until it fits. 0: strict arrival order, in which one
+    request asking for a long output holds back every request behind it, however
+    small, while it waits for room."""
 
     def __post_init__(self):
+        if self.max_overtakes < 0:
+            raise ValueError("max_overtakes must not be negative")
         if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
             raise ValueError("max_prefill_tokens must be at least 1")
         if self.chunked_prefill and self.max_prefill_tokens is None:

@@ -109,15 +109,8 @@ class Scheduler:
             self._admitted(admitted)
         self.inbox.set_waiting(len(self._waiting))
         self._steps += 1
-        prefill_tokens = prefill_tokens_sq = 0
-        if prefills or partials:  # most steps only decode
-            for seq in prefills + partials if partials else prefills:
-                n = seq.chunk
-                prefill_tokens += n
-                # n times the context it attends to: the tokens before it and itself
-                prefill_tokens_sq += n * (seq.num_tokens - seq.prefill_left + n)
-        features = PlanFeatures(len(prefills) + len(partials), prefill_tokens, prefill_tokens_sq,
-                                len(decodes), context)
+        features = PlanFeatures.of(prefills + partials if partials else prefills, len(decodes),
+                                   context)
         return StepPlan(self._steps, prefills, decodes, finished, features, preempted, partials,
                         admitted)
 
@@ -171,6 +164,7 @@ class Scheduler:
             inbox=len(self.inbox),
             preemptions=self.preemptions,
             recomputed_tokens=self.recomputed_tokens,
+            overtakes=self._prefills.overtaking.overtakes,
         )
 
     def has_work(self) -> bool:
@@ -236,6 +230,7 @@ class Scheduler:
             self._batch.changed()
         else:
             self._paused_waiting += change
+            self._prefills.overtaking.queue_changed()
 
     def _admitted(self, seqs: list[Sequence]) -> None:
         """Move the sequences admitted for this step from the queue to the running."""
@@ -256,6 +251,8 @@ class Scheduler:
         seq.reserved = 0
         seq.lost_tokens = seq.prefill_start
         seq.prefill_left = 0
+        seq.overtaken = 0  # a new wait
+        self._prefills.overtaking.queue_changed()
         self._prefills.forget(seq)
         del self._running[seq.id]
         if seq.state is SeqState.PAUSED:
@@ -281,6 +278,7 @@ class Scheduler:
         else:
             del self._waiting[seq.id]
             self.inbox.set_waiting(len(self._waiting))
+            self._prefills.overtaking.queue_changed()
         seq.state = SeqState.FINISHED
         seq.finish_reason = reason
         with self._ids_lock:

@@ -56,6 +56,8 @@ class Sequence:
     """Tokens the current step's plan prefills for it."""
     lost_tokens: int = 0
     """Tokens whose K/V its last preemption threw away: computed again when re-admitted."""
+    overtaken: int = 0
+    """Later requests admitted ahead of it while it did not fit, in its current wait."""
 
     def __post_init__(self):
         self.num_tokens = self.request.prompt_len + len(self.output)

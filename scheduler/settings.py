@@ -73,6 +73,10 @@ class ServeSettings:
         "admission", "reserve each request's whole length at admission, or (optimistic) hold "
                      "blocks as tokens are written and preempt the newest sequence when none "
                      "is free", choices=sorted(ADMISSION_POLICIES))
+    max_overtakes: int = _scheduling(
+        "max_overtakes", "how many later requests that fit may be admitted ahead of a waiting "
+                         "request whose blocks do not fit yet, before nothing overtakes it; "
+                         "0: strict arrival order")
     step_log: str | None = _setting(None, "also write every step to this file, as JSON lines")
     step_ring: int = _setting(200_000, "the last steps kept in memory for GET /v1/steps "
                                       "(about 80 MB at this default)")
@@ -88,7 +92,8 @@ class ServeSettings:
     max_queued: int = _setting(64, "events a reader may fall behind before pause leaves its "
                                   "stream out of the batch", SHARED)
     stall_timeout_s: float = _setting(30.0, "how long a reader may take nothing while events "
-                                           "wait before drop ends its stream", SHARED)
+                                           "wait before drop ends its stream, and before "
+                                           "a reader of an ended stream is cut", SHARED)
     resume_grace_s: float = _setting(0.0, "how long a stream whose last reader left stays "
                                          "paused for a resuming GET; 0 cancels it at the next "
                                          "step", SHARED)
@@ -97,6 +102,9 @@ class ServeSettings:
                                       "beyond those its readers have not yet taken")
     ended_streams: int = _setting(1024, "finished streams kept (with their replay buffer) for "
                                        "late GETs")
+    max_readers_per_stream: int = _setting(
+        4, "GETs that may follow one stream at once besides its owner (the POST that opened "
+           "it, or the GET that resumed it after the owner left); more are answered 429")
     event_padding: int = _setting(0, "benchmarks and tests only: a comment of this many bytes "
                                     "after every event, so that a slow reader's socket "
                                     "buffers fill after a few events", SHARED)
@@ -105,6 +113,14 @@ class ServeSettings:
     max_body_bytes: int = _setting(1 << 20, "the largest request body")
     default_max_tokens: int = _setting(256, "max_tokens of an OpenAI request that gives none "
                                            "(capped by the context)")
+    max_stop_strings: int = _setting(16, "stop strings one request may give (each is matched "
+                                        "against every token's text)")
+    max_stop_chars: int = _setting(256, "the longest stop string, in characters")
+    body_timeout_s: float = _setting(30.0, "how long a request's body may take to arrive "
+                                          "before a 408")
+    header_timeout_s: float = _setting(10.0, "how long a request's headers may take to arrive "
+                                            "before the connection is closed")
+    max_connections: int = _setting(1024, "open connections before more are answered 503")
     retry_after_s: int = _setting(1, "the Retry-After of a refusal for a full waiting queue")
     shutdown_timeout_s: float = _setting(10.0, "how long shutdown waits for open streams to be "
                                               "written and the engine to let go")
@@ -112,6 +128,7 @@ class ServeSettings:
     def __post_init__(self):
         at_least_one = ["max_batch", "block_size", "max_waiting", "replay_events",
                         "ended_streams", "max_body_bytes", "default_max_tokens", "kv_cache_mb",
+                        "max_stop_strings", "max_stop_chars", "max_connections",
                         "step_ring"]
         at_least_one += [name for name in ("num_blocks", "threads")
                          if getattr(self, name) is not None]
@@ -120,8 +137,12 @@ class ServeSettings:
                 raise ValueError(f"{name} must be at least 1")
         if self.keepalive_s <= 0 or self.stall_timeout_s <= 0:
             raise ValueError("keepalive_s and stall_timeout_s must be positive")
+        if self.body_timeout_s <= 0 or self.header_timeout_s <= 0:
+            raise ValueError("body_timeout_s and header_timeout_s must be positive")
         if self.resume_grace_s < 0 or self.event_padding < 0:
             raise ValueError("resume_grace_s and event_padding must not be negative")
+        if self.max_readers_per_stream < 0:
+            raise ValueError("max_readers_per_stream must not be negative")
         if self.gpu_memory_fraction is not None:
             self._check_gpu_memory_fraction()
         self.backlog_policy()  # an unknown policy or a bad threshold fails here, not per stream
@@ -142,7 +163,8 @@ class ServeSettings:
                                max_batch=self.max_batch, max_waiting=self.max_waiting,
                                max_model_len=max_model_len,
                                max_prefill_tokens=self.max_prefill_tokens,
-                               chunked_prefill=self.chunked_prefill, admission=self.admission)
+                               chunked_prefill=self.chunked_prefill, admission=self.admission,
+                               max_overtakes=self.max_overtakes)
 
     def backlog_policy(self) -> BacklogPolicy:
         return make_policy(self.policy, max_queued=self.max_queued,

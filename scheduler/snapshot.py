@@ -18,6 +18,8 @@ class CoreSnapshot:
     """Sequences preempted for blocks since the core was built."""
     recomputed_tokens: int = 0
     """Tokens prefilled again for re-admitted sequences since the core was built."""
+    overtakes: int = 0
+    """Admissions ahead of a waiting request that arrived earlier and did not fit."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

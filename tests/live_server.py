@@ -286,6 +286,18 @@ class RawStream:
     def read_to_end(self) -> list[SSEEvent]:
         return self.read_events(10 ** 9)
 
+    def read_slowly(self, chunk: int, pause_s: float) -> list[SSEEvent]:
+        """Read to the end at most `chunk` bytes at a time, `pause_s` apart: a reader
+        slower than the server writes, but never stalled."""
+        if self.status is None:
+            self.read_head()
+        self._dechunk()
+        while not self.ended:
+            time.sleep(pause_s)
+            self._recv(chunk)
+            self._dechunk()
+        return self.events
+
     def read_until_comment(self, text: str) -> None:
         if self.status is None:
             self.read_head()
@@ -306,8 +318,8 @@ class RawStream:
     def close(self) -> None:
         self.sock.close()
 
-    def _recv(self) -> None:
-        data = self.sock.recv(65536)
+    def _recv(self, size: int = 65536) -> None:
+        data = self.sock.recv(size)
         if not data:
             self.ended = True
             raise ConnectionError("the server closed the connection")
@@ -367,3 +379,48 @@ def serve_command(*args: str) -> Iterator[tuple[subprocess.Popen, str]]:
     with launched(args, cwd=Path(__file__).resolve().parents[1], start_timeout_s=120,
                   grace_s=STOP_TIMEOUT_S) as server:
         yield server.process, server.url
+
+
+class FaultyRunner:
+    """Wraps a runner so that `execute` raises for the plans `fails(plan)` picks, as
+    a model that breaks on some input would (`culprit`, `first_run_of_step`,
+    `in_chunk` make the usual pickers). `failures` counts the raises."""
+
+    def __init__(self, runner, fails):
+        self.runner = runner
+        self.fails = fails
+        self.eos_token_ids = runner.eos_token_ids
+        self.vocab_size = runner.vocab_size
+        self.failures = 0
+
+    def execute(self, plan) -> list[int]:
+        if self.fails(plan):
+            self.failures += 1
+            raise RuntimeError(f"injected failure in step {plan.index}")
+        return self.runner.execute(plan)
+
+    def forget(self, seq_id: str) -> None:
+        self.runner.forget(seq_id)
+
+
+def culprit(seq_id: str, from_token: int = 0):
+    """Fails every plan that computes `seq_id` once it has made `from_token` tokens."""
+    return lambda plan: any(seq.id == seq_id and len(seq.output) >= from_token
+                            for seq in plan.chunks + plan.decodes)
+
+
+def first_run_of_step(index: int):
+    """Fails the first run of step `index` (the whole step), not its runs again."""
+    seen: set[int] = set()
+
+    def fails(plan) -> bool:
+        if plan.index != index or index in seen:
+            return False
+        seen.add(index)
+        return True
+    return fails
+
+
+def in_chunk(seq_id: str):
+    """Fails every plan in which `seq_id` computes a chunk that does not end its prompt."""
+    return lambda plan: any(seq.id == seq_id for seq in plan.partials)

@@ -11,9 +11,17 @@ class TraceError(ValueError):
         return cls(f"{source} line {line}: {problem}")
 
 
+SHOWN_CHARS = 80
+"""How much of a value an error message quotes: enough to find it in the file."""
+
+
 def shown(value: object) -> str:
-    """A value spelled as in the file (JSON spelling), for error messages."""
+    """A value spelled as in the file (JSON spelling), for error messages, cut
+    short when long."""
     try:
-        return json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    except RecursionError:
+        text = "a value nested too deep to show"
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import TraceError, shown
-from .record import Client, LeaveHow, ReadMode, TraceRequest
+from .record import MAX_COUNT, Client, LeaveHow, ReadMode, TraceRequest
 
 
 class FieldError(Exception):
@@ -28,25 +28,27 @@ class FieldError(Exception):
 
 
 def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An integer a 64-bit one holds (a seed may be unsigned)."""
+    return (isinstance(v, int) and not isinstance(v, bool)
+            and -MAX_COUNT - 1 <= v <= 2 * MAX_COUNT + 1)
 
 
 def _is_number(v: object) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
 
 
 # Each kind: what the value must be (for the message), a test, and the conversion.
 _Kind = tuple[str, Callable[[Any], bool], Callable[[Any], Any]]
 _ID: _Kind = ("a non-empty string", lambda v: isinstance(v, str) and v != "", str)
-_POSITIVE_INT: _Kind = ("a positive integer", lambda v: _is_int(v) and v > 0, int)
-_COUNT: _Kind = ("a non-negative integer", lambda v: _is_int(v) and v >= 0, int)
+_POSITIVE_INT: _Kind = ("a positive integer", lambda v: _is_int(v) and 0 < v <= MAX_COUNT, int)
+_COUNT: _Kind = ("a non-negative integer", lambda v: _is_int(v) and 0 <= v <= MAX_COUNT, int)
 _NON_NEGATIVE: _Kind = ("a non-negative number", lambda v: _is_number(v) and v >= 0, float)
 _FRACTION: _Kind = ("a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1, float)
 _BOOL: _Kind = ("true or false", lambda v: isinstance(v, bool), bool)
 _TEXT: _Kind = ("a string or null", lambda v: v is None or isinstance(v, str), lambda v: v)
 _INT_OR_NULL: _Kind = ("an integer or null", lambda v: v is None or _is_int(v), lambda v: v)
 _COUNT_OR_NULL: _Kind = (
-    "a non-negative integer or null", lambda v: v is None or (_is_int(v) and v >= 0), lambda v: v)
+    "a non-negative integer or null", lambda v: v is None or _COUNT[1](v), lambda v: v)
 _SECONDS_OR_NULL: _Kind = (
     "a non-negative number or null",
     lambda v: v is None or (_is_number(v) and v >= 0),
@@ -176,6 +178,10 @@ def json_lines(path: str | Path) -> Iterator[tuple[int, object]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise TraceError.at(source, line_no, f"not valid JSON: {e.msg} (column {e.colno})") from None
+            except ValueError as e:  # an integer of more digits than Python reads
+                raise TraceError.at(source, line_no, f"not valid JSON: {str(e)[:120]}") from None
+            except RecursionError:
+                raise TraceError.at(source, line_no, "not valid JSON: nested too deep") from None
             yield line_no, obj
 
 

@@ -44,7 +44,7 @@ def detect_format(path: str | Path) -> str:
     if suffix in (".jsonl", ".json", ".ndjson") or (suffix != ".csv" and first.startswith("{")):
         try:
             keys = json.loads(first)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # the native reader says what is wrong
             return "native"
         mooncake_keys = {"input_length", "output_length"}
         return "mooncake" if isinstance(keys, dict) and mooncake_keys <= keys.keys() else "native"

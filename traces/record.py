@@ -6,6 +6,11 @@ import enum
 from dataclasses import dataclass, field
 
 
+MAX_COUNT = 2**63 - 1
+"""The largest count (of tokens, of time units) a trace may hold: what a 64-bit
+integer holds, as the arrays of a replay do."""
+
+
 class ReadMode(enum.Enum):
     INSTANT = "instant"
     """Takes every event as soon as it arrives."""

@@ -1,19 +1,35 @@
 """The live engine: the scheduler core and a model runner, one step at a time.
 Each step plans, runs the model, commits the sampled tokens and turns them into
-text; the core's events come back with that text in one `StepOutput`."""
+text; the core's events come back with that text in one `StepOutput`.
+
+A request fails alone: a sequence whose model run (`isolation`), text or runner
+state raises ends with `error` at the next step boundary, and the others go on. A
+commit that raises ends its step's sequences. Only a core that can no longer be
+trusted (its planning raised, or commits keep failing) stops the engine, with
+`EngineBroken`."""
 from __future__ import annotations
 
 import logging
 import time
 
-from scheduler import Event, FinishEvent, FinishReason, Request, Scheduler, SchedulerConfig, StepPlan
+from scheduler import (Event, FinishEvent, FinishReason, Request, Scheduler, SchedulerConfig,
+                       Sequence, SeqState, StepPlan)
 
 from .detokenizer import TextStream
+from .isolation import run_isolated
 from ..runner.params import GenerationInput, SamplingParams
 from .step_log import StepLog
 from .step_output import StepOutput
 
 log = logging.getLogger("twinstep.engine")
+
+FAILED_COMMITS_BEFORE_BROKEN = 3
+"""Commits that raise in a row before the engine gives up: one is a step's bad
+luck, several are a core whose bookkeeping no longer holds."""
+
+
+class EngineBroken(RuntimeError):
+    """The engine cannot step on: whatever it still holds is lost."""
 
 
 class Engine:
@@ -29,6 +45,8 @@ class Engine:
         self.eos_token_ids = frozenset(runner.eos_token_ids)
         self._texts: dict[str, TextStream] = {}
         self._epoch = time.perf_counter()
+        self.failed_commits = 0
+        """Commits that raised since the last one that did not."""
         self.progressed = False
         """Whether the last step changed anything: computed (a step of prompt chunks
         alone makes no event), ended or preempted a sequence. When it did not, only
@@ -53,48 +71,93 @@ class Engine:
         return self.core.has_work()
 
     def step(self) -> StepOutput:
+        """One step; raises `EngineBroken` only when no step may follow."""
         start = time.perf_counter()
-        plan = self.core.plan()
+        try:
+            plan = self.core.plan()
+        except Exception as exc:
+            raise EngineBroken("planning a step raised: the core can no longer be "
+                               "trusted") from exc
         # a recomputed sequence's text goes on where it was
         admitted = [seq for seq in plan.admitted if not seq.preemptions]
-        for seq in admitted:
-            payload = seq.request.payload
-            self._texts[seq.id] = TextStream(self.tokenizer, payload.prompt_ids, payload.sampling.stop)
+        failed = frozenset(seq.id for seq in admitted if not self._open_text(seq))
         self.progressed = not plan.is_empty or bool(plan.finished or plan.preempted)
         if plan.is_empty:
-            return self._output(self.core.commit(plan, []), {}, [])
-        try:
-            tokens = self.runner.execute(plan)
-        except Exception:
-            # the core applies these cancels at the next boundary, releasing blocks there
-            log.exception("step %d failed; its sequences end with an error", plan.index)
-            for seq in plan.sequences:
-                self.core.cancel(seq.id, FinishReason.ERROR)
-            return self._output(plan.finished, {}, [])
-        deltas, ends = self._read(plan, tokens)
-        out = self._output(self.core.commit(plan, tokens, ends), deltas,
-                           [seq.id for seq in admitted])
-        self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
-                             plan.features, tokens=len(tokens), admitted=self.core.num_admitted,
-                             waiting=self.core.num_waiting, paused=self.core.num_paused,
-                             blocks_reserved=self.core.pool.reserved_blocks,
-                             device_s=getattr(self.runner, "last_device_s", None))
+            return self._output(self._commit(plan, [], {}), {}, [])
+        run = run_isolated(self.runner, plan, failed)
+        deltas, ends = self._read(run.plan, run.tokens)
+        events = self._commit(run.plan, run.tokens, ends)
+        failed |= run.failed
+        for seq_id in failed:
+            # applied at the next boundary, which releases the blocks
+            self.core.cancel(seq_id, FinishReason.ERROR)
+        out = self._output(events, deltas, [seq.id for seq in admitted if seq.id not in failed])
+        if not run.retried:
+            self.step_log.record(plan.index, start - self._epoch, time.perf_counter() - start,
+                                 plan.features, tokens=len(run.tokens),
+                                 admitted=self.core.num_admitted, waiting=self.core.num_waiting,
+                                 paused=self.core.num_paused,
+                                 blocks_reserved=self.core.pool.reserved_blocks,
+                                 device_s=getattr(self.runner, "last_device_s", None))
         return out
+
+    def _open_text(self, seq: Sequence) -> bool:
+        """Start the text of a sequence admitted for the first time; False if that raised."""
+        payload = seq.request.payload
+        try:
+            self._texts[seq.id] = TextStream(self.tokenizer, payload.prompt_ids,
+                                             payload.sampling.stop)
+        except Exception:
+            log.exception("the text of sequence %r cannot start; it ends with an error", seq.id)
+            return False
+        return True
 
     def _read(self, plan: StepPlan, tokens: list[int]):
         """Each sequence's text delta, and the sequences this step ends: a stop
-        string in the text, or EOS from the model."""
+        string in the text, EOS from the model, or text that could not be made."""
         deltas: dict[str, str] = {}
         ends: dict[str, FinishReason] = {}
         eos = self.eos_token_ids
         for seq, token in zip(plan.sequences, tokens):
-            text = self._texts[seq.id]
-            deltas[seq.id] = text.push(token)
+            text = self._texts.get(seq.id)
+            try:
+                deltas[seq.id] = text.push(token)
+            except Exception:
+                log.exception("the text of sequence %r failed; it ends with an error", seq.id)
+                deltas[seq.id] = ""
+                ends[seq.id] = FinishReason.ERROR
+                continue
             if text.stopped:
                 ends[seq.id] = FinishReason.STOP
             elif token in eos and not seq.request.payload.sampling.ignore_eos:
                 ends[seq.id] = FinishReason.EOS
         return deltas, ends
+
+    def _commit(self, plan: StepPlan, tokens: list[int],
+                ends: dict[str, FinishReason]) -> list[Event]:
+        try:
+            events = self.core.commit(plan, tokens, ends)
+        except Exception as exc:
+            self.failed_commits += 1
+            if self.failed_commits >= FAILED_COMMITS_BEFORE_BROKEN:
+                raise EngineBroken(f"{self.failed_commits} commits in a row raised") from exc
+            log.exception("step %d could not be committed; its sequences end with an error",
+                          plan.index)
+            return self._abandon(plan)
+        self.failed_commits = 0
+        return events
+
+    def _abandon(self, plan: StepPlan) -> list[Event]:
+        """After a commit that raised: every sequence of the step ends with an error,
+        at the next boundary, or now for those the commit had already finished."""
+        events: list[Event] = list(plan.finished)
+        for seq in plan.computed:
+            if seq.state is SeqState.FINISHED:
+                events.append(FinishEvent(seq.id, FinishReason.ERROR, len(seq.output),
+                                          seq.preemptions, seq.recomputed_tokens))
+            else:
+                self.core.cancel(seq.id, FinishReason.ERROR)
+        return events
 
     def _output(self, events: list[Event], deltas: dict[str, str],
                 admitted: list[str]) -> StepOutput:
@@ -102,7 +165,19 @@ class Engine:
         held: dict[str, str] = {}
         for e in events:
             if isinstance(e, FinishEvent):
-                text = self._texts.pop(e.seq_id, None)
-                self.runner.forget(e.seq_id)
-                held[e.seq_id] = text.flush() if text is not None else ""
+                held[e.seq_id] = self._let_go(e.seq_id)
         return StepOutput(events, deltas, held, admitted)
+
+    def _let_go(self, seq_id: str) -> str:
+        """Forget a finished sequence; the text it held back to its end."""
+        text = self._texts.pop(seq_id, None)
+        held = ""
+        try:
+            held = text.flush() if text is not None else ""
+        except Exception:
+            log.exception("the text sequence %r held back is lost", seq_id)
+        try:
+            self.runner.forget(seq_id)
+        except Exception:
+            log.exception("the runner could not forget sequence %r", seq_id)
+        return held

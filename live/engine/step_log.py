@@ -1,11 +1,15 @@
 """The calibration record: one entry per engine step with the plan's features and
 how long the step took. The last steps are always kept in a bounded ring that
 `GET /v1/steps` serves; with a path they are also written there as JSON lines, and
-`[json.loads(l) for l in open(path)]` is all it takes to read them."""
+`[json.loads(l) for l in open(path)]` is all it takes to read them.
+
+The log is for calibration; the streams matter more. A write that fails (a full
+disk) is logged once and counted, and the steps go on."""
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import operator
 import threading
 import time
@@ -15,6 +19,8 @@ from scheduler import PlanFeatures
 from scheduler.settings import ServeSettings
 
 from .record_ring import RecordRing
+
+log = logging.getLogger("twinstep.step_log")
 
 FEATURE_NAMES = tuple(f.name for f in dataclasses.fields(PlanFeatures))
 _feature_values = operator.attrgetter(*FEATURE_NAMES)
@@ -31,6 +37,8 @@ class StepLog:
         # built only for a file line or a reader.
         self._ring = RecordRing(ring_size, "steps")
         self._file: IO[str] | None = open(path, "w", buffering=1 << 16) if path else None
+        self.write_errors = 0
+        """Writes to the file that failed (their records are kept in the ring only)."""
 
     @property
     def ring_size(self) -> int:
@@ -53,7 +61,7 @@ class StepLog:
         self._ring.append(entry)
         with self._lock:
             if self._file is not None:
-                self._file.write(json.dumps(self._as_record(entry)) + "\n")
+                self._write(self._file.write, json.dumps(self._as_record(entry)) + "\n")
 
     def after(self, step: int, limit: int | None = None) -> list[dict]:
         """The records of the steps after `step`, oldest first, at most `limit`;
@@ -74,11 +82,22 @@ class StepLog:
     def flush(self) -> None:
         with self._lock:
             if self._file is not None:
-                self._file.flush()
+                self._write(self._file.flush)
 
     def close(self) -> None:
         """Close the file; the ring stays readable."""
         with self._lock:
             if self._file is not None:
-                self._file.close()
+                self._write(self._file.close)
                 self._file = None
+
+    def _write(self, action, *args) -> None:
+        """`action(*args)` on the file, a failure counted (and logged the first
+        time), not raised."""
+        try:
+            action(*args)
+        except (OSError, ValueError):
+            self.write_errors += 1
+            if self.write_errors == 1:
+                log.exception("writing the step log %s failed; the steps go on, and "
+                              "GET /v1/steps still has them", self.path)

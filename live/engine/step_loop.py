@@ -1,6 +1,7 @@
 """The thread that owns the engine and does nothing but steps. It sleeps on the
 inbox when there is no work (no spinning) and hands each step's output to a
-callback in one batch."""
+callback in one batch. It never dies silently: if the engine breaks, the loop
+stops and says so through `on_halt`, so that whoever holds streams can end them."""
 from __future__ import annotations
 
 import logging
@@ -16,14 +17,19 @@ log = logging.getLogger("twinstep.step_loop")
 class StepLoop:
     def __init__(self, engine: Engine, deliver: Callable[[StepOutput], None],
                  before_step: Callable[[], None] | None = None,
-                 after_step: Callable[[], None] | None = None):
+                 after_step: Callable[[], None] | None = None,
+                 on_halt: Callable[[BaseException], None] | None = None):
         """`before_step` may block: the `naive` backlog policy uses it to make the
         loop wait for its readers. `after_step` runs after every step, also one that
-        made no event (a pause taking effect), e.g. to refresh a state snapshot."""
+        made no event (a pause taking effect), e.g. to refresh a state snapshot.
+        `on_halt(exc)` runs in the loop's thread if it stops for good on `exc`."""
         self.engine = engine
         self._deliver = deliver
         self._before_step = before_step
         self._after_step = after_step
+        self._on_halt = on_halt
+        self.halted: BaseException | None = None
+        """Why the loop stopped for good, once it has."""
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="twinstep-step-loop", daemon=True)
 
@@ -37,9 +43,19 @@ class StepLoop:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """Stepping, or able to: started, and neither stopped nor halted."""
+        return self._thread.is_alive() and self.halted is None
 
     def _run(self) -> None:
+        try:
+            self._steps()
+        except BaseException as exc:
+            self.halted = exc
+            log.critical("the step loop has stopped: no step can run any more", exc_info=exc)
+            if self._on_halt is not None:
+                self._on_halt(exc)
+
+    def _steps(self) -> None:
         engine = self.engine
         inbox = engine.core.inbox
         while not self._stopping.is_set():

@@ -14,12 +14,31 @@ from __future__ import annotations
 import contextlib
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 
 from ..engine.engine import Engine
 from scheduler.settings import ServeSettings
-from . import routes_generate, routes_ops
+from . import routes_generate, routes_ops, wire_anthropic, wire_openai, wire_stream
+from .replies import refuse, service_of
 from .service import LiveService
-from .validation import ServedModel
+from .validation import ErrorKind, RequestError, ServedModel
+
+OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
+
+
+async def no_route(request: Request, exc: HTTPException):
+    """A path or a method no route serves, as a JSON error in the envelope of the
+    API the path belongs to."""
+    path = request.url.path
+    envelope = (wire_anthropic.error_body if path.startswith("/v1/messages")
+                else wire_openai.error_body if path.startswith(OPENAI_PATHS)
+                else wire_stream.error_body)
+    kind = ErrorKind.NOT_ALLOWED if exc.status_code == 405 else ErrorKind.NOT_FOUND
+    error = RequestError(kind, f"{request.method} {path}: {exc.detail.lower()}")
+    response = refuse(service_of(request), error, envelope)
+    response.headers.update(exc.headers or {})
+    return response
 
 
 def create_app(engine: Engine, served: ServedModel, settings: ServeSettings) -> Starlette:
@@ -33,6 +52,8 @@ def create_app(engine: Engine, served: ServedModel, settings: ServeSettings) -> 
         finally:
             await service.stop()
 
-    app = Starlette(routes=routes_generate.ROUTES + routes_ops.ROUTES, lifespan=lifespan)
+    app = Starlette(routes=routes_generate.ROUTES + routes_ops.ROUTES, lifespan=lifespan,
+                    exception_handlers={HTTPException: no_route})
+    app.router.redirect_slashes = False  # a redirect to a route of another method helps no one
     app.state.service = service
     return app

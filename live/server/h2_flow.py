@@ -4,7 +4,9 @@ stream whose reader stalls never makes its writer wait: the hub would see no
 backlog, and `pause` and `drop` would never act, while the server kept every byte.
 Here a response's `send` waits while its stream has bytes parked, until the client
 grants credit, resets the stream or goes away. A slow HTTP/2 reader then backs up
-into its stream's queue exactly as one over HTTP/1.1 does when the socket fills."""
+into its stream's queue exactly as one over HTTP/1.1 does when the socket fills.
+And a response that gives up on its client (`sse.ABORT`) resets its own stream
+(RST_STREAM, its parked bytes dropped), not the connection its siblings share."""
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +14,8 @@ import asyncio
 from uvicorn.protocols.http.auto_zttp_impl import AutoZttpProtocol
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 from uvicorn.protocols.http.zttp_impl import ZttpProtocol
+
+from .sse import ABORT
 
 
 class BackpressuredH2(ZttpH2Protocol):
@@ -27,6 +31,7 @@ class BackpressuredH2(ZttpH2Protocol):
         if cycle is not None:
             # run_asgi looks `send` up when its task starts, after this returns
             cycle.send = self._within_window(cycle, cycle.send)
+            cycle.scope["state"][ABORT] = cycle.abort_stream
 
     def _within_window(self, cycle, send):
         async def send_within_window(message) -> None:

@@ -6,14 +6,26 @@ A request is read and checked, tokenized and submitted before any byte of the
 answer: every refusal is an ordinary JSON error in its API's envelope."""
 from __future__ import annotations
 
+from typing import Callable
+
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..streams.stream import EventGone, StreamOver, UnknownStream
+from ..streams.stream import EventGone, ReadersFull, StreamOver, UnknownStream
 from . import wire_anthropic, wire_openai, wire_stream
 from .replies import answer, event_stream, refuse, service_of
+from .service import LiveService
 from .validation import ErrorKind, RequestError, read_json, request_id
+
+
+async def _read(request: Request, service: LiveService, parse: Callable):
+    """The body read and checked by `parse`, which tokenizes the prompt: off the
+    event loop, which writes every stream and would stall for a long prompt."""
+    settings = service.settings
+    body = await read_json(request, settings.max_body_bytes, settings.body_timeout_s)
+    return await run_in_threadpool(parse, body, service.served, settings)
 
 
 # -- the project's own stream --------------------------------------------------
@@ -21,8 +33,8 @@ from .validation import ErrorKind, RequestError, read_json, request_id
 async def post_stream(request: Request):
     service = service_of(request)
     try:
-        body = await read_json(request, service.settings.max_body_bytes)
-        stream, reader = service.submit(wire_stream.parse(body, service.served), request_id(request))
+        generation = await _read(request, service, wire_stream.parse)
+        stream, reader = service.submit(generation, request_id(request))
     except RequestError as exc:
         return refuse(service, exc, wire_stream.error_body)
     return event_stream(service, reader, wire_stream.StreamRenderer(stream.id), stream.id)
@@ -44,6 +56,9 @@ async def get_stream(request: Request):
                       wire_stream.error_body)
     except StreamOver:
         return Response(status_code=204)  # tells an EventSource to stop reconnecting
+    except ReadersFull as exc:
+        return refuse(service, RequestError(ErrorKind.QUEUE_FULL, str(exc)),
+                      wire_stream.error_body)
     except ValueError as exc:
         return refuse(service, RequestError(ErrorKind.INVALID, str(exc), "Last-Event-ID"),
                       wire_stream.error_body)
@@ -65,12 +80,8 @@ async def post_chat_completions(request: Request):
 async def _openai(request: Request, chat: bool):
     service = service_of(request)
     try:
-        body = await read_json(request, service.settings.max_body_bytes)
-        if chat:
-            generation = wire_openai.parse_chat(body, service.served,
-                                                service.settings.default_max_tokens)
-        else:
-            generation = wire_openai.parse_completion(body, service.served)
+        generation = await _read(request, service, wire_openai.parse_chat if chat
+                                 else wire_openai.parse_completion)
         stream, reader = service.submit(generation, request_id(request))
     except RequestError as exc:
         return refuse(service, exc, wire_openai.error_body)
@@ -103,8 +114,7 @@ async def get_model(request: Request):
 async def post_messages(request: Request):
     service = service_of(request)
     try:
-        body = await read_json(request, service.settings.max_body_bytes)
-        generation, stops = wire_anthropic.parse_messages(body, service.served)
+        generation, stops = await _read(request, service, wire_anthropic.parse_messages)
         stream, reader = service.submit(generation, request_id(request))
     except RequestError as exc:
         return refuse(service, exc, wire_anthropic.error_body)

@@ -92,11 +92,14 @@ def _count(request: Request, name: str, default: int, least: int, most: int | No
     text = request.query_params.get(name)
     if text is None:
         return default
-    if not text.isdigit() or not least <= int(text) <= (most or int(text)):
+    # ASCII digits only (isdigit() also takes '²', which int() refuses), and few
+    # enough for int() to read
+    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else -1
+    if not least <= value <= (most or value):
         bounds = f"of at least {least}" if most is None else f"from {least} to {most}"
         raise RequestError(ErrorKind.INVALID, f"{name} must be an integer {bounds}, got {text!r}",
                            name)
-    return int(text)
+    return value
 
 
 ROUTES = [

@@ -30,7 +30,7 @@ class LiveService:
         self.metrics = ServerMetrics()
         self.hub = Hub(engine, settings, self.metrics)
         self.step_loop = StepLoop(engine, self.hub.deliver, self.hub.before_step,
-                                  self.hub.after_step)
+                                  self.hub.after_step, self.hub.halt)
         self.started = int(time.time())
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -44,6 +44,11 @@ class LiveService:
         one, or the refusal."""
         if self.hub.shutting_down:
             raise RequestError(ErrorKind.UNAVAILABLE, "the server is shutting down",
+                               retry_after_s=self.settings.retry_after_s)
+        if self.step_loop.halted is not None:
+            # never accept work into an engine that will not step again
+            raise RequestError(ErrorKind.UNAVAILABLE, "the engine has stopped after a failure "
+                                                      "(see the server log)",
                                retry_after_s=self.settings.retry_after_s)
         try:
             stream, reader = self.hub.open(len(request.prompt_ids), stream_id)

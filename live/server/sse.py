@@ -43,6 +43,10 @@ def comment_bytes(text: str) -> bytes:
 
 KEEPALIVE = comment_bytes("keep-alive")
 
+ABORT = "twinstep.abort"
+"""The key, in a request's `scope["state"]`, of what the server gives a response
+to drop the request's connection at once (over HTTP/2, to reset its stream)."""
+
 
 class Renderer(Protocol):
     """A wire format's view of one stream."""
@@ -60,11 +64,23 @@ async def wait_for_disconnect(receive) -> None:
         pass
 
 
+async def drop_connection(scope) -> None:
+    """Drop the request's connection, if the server says how."""
+    abort = scope.get("state", {}).get(ABORT)
+    if abort is not None:
+        abort()
+        # let the protocol learn the connection is lost before the app returns, so
+        # that uvicorn takes the unfinished response for the client's going
+        await asyncio.sleep(0)
+
+
 class EventStreamResponse:
     """Writes `reader`'s events through `renderer` until the stream's last event,
     with keep-alives while nothing comes for `keepalive_s`. Whichever ends first —
     the stream, the client (disconnect), or the hub cutting a stalled reader — the
-    reader is detached once, saying whether its client left."""
+    reader is detached once, saying whether its client left (a cut one counts as
+    gone). A cut reader's connection is dropped, not closed: a graceful close waits
+    to flush what its client does not read."""
 
     def __init__(self, reader: Reader, renderer: Renderer, keepalive_s: float,
                  headers: list[tuple[bytes, bytes]] = (), padding: int = 0):
@@ -91,7 +107,7 @@ class EventStreamResponse:
             if writer.done() and not writer.cancelled() and writer.exception() is None:
                 left = False
             elif cut.done() and not cut.cancelled():
-                left = False  # the hub ended this reader; its client did not leave
+                await drop_connection(scope)
         finally:
             self.reader.detach(left=left)
 

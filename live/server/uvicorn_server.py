@@ -1,39 +1,92 @@
 """The uvicorn server that runs the app: every connection without Nagle's delay,
-HTTP/2 with backpressure when asked, and a graceful stop at the signal."""
+a deadline on each request's head, a bound on open connections, HTTP/2 with
+backpressure when asked, and a graceful stop at the signal."""
 from __future__ import annotations
 
+import functools
 import signal
 import socket
+import struct
 
 import uvicorn
 from starlette.applications import Starlette
 
 from .h2_flow import AutoBackpressuredProtocol
 from .service import LiveService
+from .sse import ABORT
 
 
 class NoDelay:
     """Mixed into uvicorn's protocol: TCP_NODELAY on every connection, so that each
     event leaves at once rather than waiting on Nagle for the previous one's ACK.
     asyncio sets it only when the listening socket says IPPROTO_TCP, which a socket
-    handed over by a supervisor or a test often does not."""
+    handed over by a supervisor or a test often does not.
+
+    Also the connection's abort, in each of its requests' scope state (`ABORT`):
+    uvicorn hands the app no transport, and a response that gives up on a client
+    must drop the connection rather than close it, which waits to flush to it."""
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # each request's scope state is a copy of this, made per connection here
+        # (and handed on to the protocol uvicorn's HTTP/2 choice switches to)
+        self.app_state = {**self.app_state, ABORT: functools.partial(self._abort, transport)}
         super().connection_made(transport)
+
+    @staticmethod
+    def _abort(transport) -> None:
+        """An RST at once, and whatever is buffered, here or in the kernel, discarded."""
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.fileno() != -1:  # -1: closed already
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+
+
+class HeaderDeadline:
+    """Mixed into uvicorn's HTTP/1.1 protocols: a connection whose request head has
+    not all come `header_timeout_s` after the connection opened or the previous
+    response ended is closed. uvicorn alone waits for ever on a head sent a byte at
+    a time (each byte stops its keep-alive timer)."""
+
+    header_timeout_s: float
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._await_headers()
+
+    def on_response_complete(self) -> None:
+        self._await_headers()  # before uvicorn starts a request already sent
+        super().on_response_complete()
+
+    def _await_headers(self) -> None:
+        answered = self.cycle  # a request whose head came has a cycle of its own
+
+        def expire() -> None:
+            if self.cycle is answered and not self.transport.is_closing():
+                self.transport.close()
+        self.loop.call_later(self.header_timeout_s, expire)
 
 
 class LiveConfig(uvicorn.Config):
-    """uvicorn's settings, with `NoDelay` mixed into whichever protocol they choose,
-    and with `http2` the same choice of protocol per connection (the HTTP/2 preface,
-    or HTTP/1.1) but HTTP/2 with backpressure (`h2_flow`)."""
+    """uvicorn's settings, with `NoDelay` mixed into whichever protocol they choose
+    (and `HeaderDeadline` into HTTP/1.1's), and with `http2` the same choice of
+    protocol per connection (the HTTP/2 preface, or HTTP/1.1) but HTTP/2 with
+    backpressure (`h2_flow`)."""
+
+    def __init__(self, *args, header_timeout_s: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.header_timeout_s = header_timeout_s
 
     def load(self) -> None:
         super().load()
-        chosen = AutoBackpressuredProtocol if self.http2 else self.http_protocol_class
-        self.http_protocol_class = type(f"NoDelay{chosen.__name__}", (NoDelay, chosen), {})
+        if self.http2:
+            mixins, chosen = (NoDelay,), AutoBackpressuredProtocol
+        else:
+            mixins, chosen = (NoDelay, HeaderDeadline), self.http_protocol_class
+        self.http_protocol_class = type(f"Live{chosen.__name__}", (*mixins, chosen),
+                                        {"header_timeout_s": self.header_timeout_s})
 
 
 class LiveServer(uvicorn.Server):
@@ -49,7 +102,10 @@ class LiveServer(uvicorn.Server):
         super().__init__(LiveConfig(
             app, host=host, port=port, log_level=log_level, lifespan="on",
             http="zttp" if settings.http2 else "auto", http2=settings.http2,
-            timeout_graceful_shutdown=settings.shutdown_timeout_s))
+            timeout_graceful_shutdown=settings.shutdown_timeout_s,
+            # uvicorn counts the connection asking among those open
+            limit_concurrency=settings.max_connections + 1,
+            header_timeout_s=settings.header_timeout_s))
 
     def handle_exit(self, sig, frame) -> None:
         self.service.request_shutdown()

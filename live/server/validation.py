@@ -7,6 +7,7 @@ Unknown fields are ignored (clients send extensions); a known field that is null
 counts as absent."""
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import math
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect, Request
 
 from scheduler import FinishReason
+from scheduler.settings import ServeSettings
 from traces.request_id import REQUEST_ID
 
-from ..runner.params import SamplingParams
+from ..runner.params import SEED_MAX, SEED_MIN, SamplingParams
 
 _MISSING = object()
 
@@ -27,6 +29,8 @@ class ErrorKind(enum.Enum):
 
     INVALID = 400
     NOT_FOUND = 404
+    NOT_ALLOWED = 405
+    TIMEOUT = 408
     CONFLICT = 409
     GONE = 410
     TOO_LARGE = 413
@@ -51,7 +55,10 @@ class RequestError(Exception):
 
     @property
     def headers(self) -> dict[str, str]:
-        return {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
+        headers = {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
+        if self.kind is ErrorKind.TIMEOUT:  # the rest of the body must not be read as a request
+            headers["Connection"] = "close"
+        return headers
 
 
 def invalid(param: str, message: str) -> RequestError:
@@ -85,28 +92,41 @@ def request_id(request: Request) -> str | None:
 
 # -- the body --------------------------------------------------------------------
 
-async def read_json(request: Request, limit: int) -> dict:
-    """The body as a JSON object, read no further than `limit` bytes."""
+async def read_json(request: Request, limit: int, timeout_s: float) -> dict:
+    """The body as a JSON object, read no further than `limit` bytes and for no
+    longer than `timeout_s` (a client that sends slowly holds a connection)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() \
+            and (len(declared) > 20 or int(declared) > limit):
         raise RequestError(ErrorKind.TOO_LARGE, f"the body is over the limit of {limit} bytes")
-    chunks, size = [], 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(ErrorKind.TOO_LARGE,
-                                   f"the body is over the limit of {limit} bytes")
-            chunks.append(chunk)
+        async with asyncio.timeout(timeout_s):
+            chunks = await _body(request, limit)
+    except TimeoutError:
+        raise RequestError(ErrorKind.TIMEOUT,
+                           f"the body did not arrive within {timeout_s:g} s") from None
     except ClientDisconnect:  # nobody will read the answer; refuse quietly
         raise RequestError(ErrorKind.INVALID, "the client left before sending the body") from None
     try:
         body = json.loads(b"".join(chunks))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except ValueError as exc:  # malformed, not UTF-8, or an integer of too many digits
         raise RequestError(ErrorKind.INVALID, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError(ErrorKind.INVALID,
+                           "the body is not valid JSON: nested too deep") from None
     if not isinstance(body, dict):
         raise RequestError(ErrorKind.INVALID, "the body must be a JSON object")
     return body
+
+
+async def _body(request: Request, limit: int) -> list[bytes]:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(ErrorKind.TOO_LARGE, f"the body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return chunks
 
 
 def _absent(body: dict, name: str, default) -> bool:
@@ -148,7 +168,9 @@ def number(body: dict, name: str, default=_MISSING, low: float | None = None,
     if _absent(body, name, default):
         return default
     value = body[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    # an int is compared as it is: a float of one of JSON's long integers overflows
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, float) and not math.isfinite(value)):
         raise invalid(name, f"'{name}' must be a number")
     below = low is not None and (value <= low if low_open else value < low)
     if below or (high is not None and value > high):
@@ -177,32 +199,46 @@ def obj(body: dict, name: str) -> dict:
     return value
 
 
-def stop_strings(body: dict, name: str) -> tuple[str, ...]:
-    """A string or a list of strings."""
+def stop_strings(body: dict, name: str, settings: ServeSettings) -> tuple[str, ...]:
+    """A string or a list of strings, as many and as long as `settings` allow: each
+    is matched against the text of every token the request makes."""
     value = body.get(name)
     if value is None:
         return ()
     if isinstance(value, str):
-        return (value,) if value else ()
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return tuple(s for s in value if s)
-    raise invalid(name, f"'{name}' must be a string or a list of strings")
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise invalid(name, f"'{name}' must be a string or a list of strings")
+    if len(value) > settings.max_stop_strings:
+        raise invalid(name, f"'{name}' may hold at most {settings.max_stop_strings} strings, "
+                            f"got {len(value)}")
+    if any(len(s) > settings.max_stop_chars for s in value):
+        raise invalid(name, f"each of '{name}' may be at most {settings.max_stop_chars} "
+                            "characters long")
+    return tuple(s for s in value if s)
 
 
-def sampling(body: dict, default_temperature: float, stop_field: str = "stop",
-             temperature_max: float = 2.0) -> SamplingParams:
+def sampling(body: dict, vocab_size: int, settings: ServeSettings, default_temperature: float,
+             stop_field: str = "stop", temperature_max: float = 2.0) -> SamplingParams:
     top_k = integer(body, "top_k", 0, low=-1)
     return SamplingParams(
         temperature=number(body, "temperature", default_temperature, low=0.0, high=temperature_max),
         top_p=number(body, "top_p", 1.0, low=0.0, high=1.0, low_open=True),
-        top_k=0 if top_k == -1 else top_k,  # vLLM's -1 means no limit, as 0 does here
-        seed=integer(body, "seed", None, low=-(1 << 63), high=(1 << 64) - 1),  # torch's range
-        stop=stop_strings(body, stop_field),
+        # vLLM's -1 means no cut, as 0 does here; so does a top_k the vocabulary cannot fill
+        top_k=0 if top_k == -1 or top_k >= vocab_size else top_k,
+        seed=integer(body, "seed", None, low=SEED_MIN, high=SEED_MAX),
+        stop=stop_strings(body, stop_field, settings),
         ignore_eos=boolean(body, "ignore_eos"),
     )
 
 
 # -- the model being served ---------------------------------------------------------
+
+MAX_CHARS_PER_TOKEN = 64
+"""More characters than any tokenizer puts in one token on average over a prompt:
+a prompt longer than the context times this cannot fit, and is refused without
+tokenizing it."""
+
 
 @dataclass(frozen=True)
 class ServedModel:
@@ -222,10 +258,12 @@ class ServedModel:
                                f"this server serves '{self.name}'", "model")
 
     def encode(self, text: str) -> list[int]:
+        self._check_chars(len(text), "prompt")
         return list(self.tokenizer.encode(text))
 
     def chat_prompt(self, messages: list[dict]) -> list[int]:
         """`messages` as `{"role", "content": str}`, through the model's chat template."""
+        self._check_chars(sum(len(m["content"]) for m in messages), "messages")
         try:
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                      tokenize=True)
@@ -233,6 +271,12 @@ class ServedModel:
             raise invalid("messages", f"cannot apply the chat template: {exc}") from None
         # transformers 5 returns a BatchEncoding here; older versions a list
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def _check_chars(self, chars: int, param: str) -> None:
+        if chars > self.max_model_len * MAX_CHARS_PER_TOKEN:
+            raise RequestError(ErrorKind.TOO_LONG,
+                               f"the prompt ({chars} characters) cannot fit the model's context "
+                               f"of {self.max_model_len} tokens", param)
 
     def token_ids(self, value, param: str) -> list[int]:
         if (not isinstance(value, list) or not value

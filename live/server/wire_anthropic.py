@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from scheduler import FinishReason
+from scheduler.settings import ServeSettings
 
 from ..streams.events import COMPLETED, Done, HubEvent, Start, Token
 from .sse import event_bytes
@@ -18,6 +19,8 @@ from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel
 ERROR_TYPES = {
     ErrorKind.INVALID: "invalid_request_error",
     ErrorKind.NOT_FOUND: "not_found_error",
+    ErrorKind.NOT_ALLOWED: "invalid_request_error",
+    ErrorKind.TIMEOUT: "timeout_error",
     ErrorKind.CONFLICT: "invalid_request_error",
     ErrorKind.GONE: "not_found_error",
     ErrorKind.TOO_LARGE: "request_too_large",
@@ -34,7 +37,8 @@ def error_body(error: RequestError) -> dict:
     return {"type": "error", "error": {"type": ERROR_TYPES[error.kind], "message": error.message}}
 
 
-def parse_messages(body: dict, served: ServedModel) -> tuple[GenerationRequest, tuple[str, ...]]:
+def parse_messages(body: dict, served: ServedModel,
+                   settings: ServeSettings) -> tuple[GenerationRequest, tuple[str, ...]]:
     """The request and its stop sequences (a stop_sequence answer names the one hit)."""
     served.check_name(body)
     max_tokens = integer(body, "max_tokens", low=1)
@@ -51,8 +55,8 @@ def parse_messages(body: dict, served: ServedModel) -> tuple[GenerationRequest, 
             raise invalid(f"{where}.role", f"'{where}.role' must be 'user' or 'assistant'")
         turns.append({"role": message["role"],
                       "content": text_content(message.get("content"), f"{where}.content")})
-    params = sampling(body, default_temperature=1.0, stop_field="stop_sequences",
-                      temperature_max=1.0)
+    params = sampling(body, served.vocab_size, settings, default_temperature=1.0,
+                      stop_field="stop_sequences", temperature_max=1.0)
     request = GenerationRequest(served.chat_prompt(turns), max_tokens, params,
                                 stream=boolean(body, "stream"))
     return request, params.stop

@@ -12,6 +12,7 @@ import json
 import time
 
 from scheduler import FinishReason
+from scheduler.settings import ServeSettings
 
 from ..streams.events import COMPLETED, Done, HubEvent, Start, Token
 from .sse import KEEPALIVE, event_bytes
@@ -24,6 +25,8 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 ERRORS = {  # kind: (type, code)
     ErrorKind.INVALID: ("invalid_request_error", None),
     ErrorKind.NOT_FOUND: ("invalid_request_error", "model_not_found"),
+    ErrorKind.NOT_ALLOWED: ("invalid_request_error", "method_not_allowed"),
+    ErrorKind.TIMEOUT: ("invalid_request_error", "request_timeout"),
     ErrorKind.CONFLICT: ("invalid_request_error", "request_id_in_use"),
     ErrorKind.GONE: ("invalid_request_error", "gone"),
     ErrorKind.TOO_LARGE: ("invalid_request_error", "request_too_large"),
@@ -61,7 +64,7 @@ def _common(body: dict, served: ServedModel) -> tuple[bool, bool, bool]:
             boolean(options, "continuous_usage_stats"))
 
 
-def parse_completion(body: dict, served: ServedModel) -> GenerationRequest:
+def parse_completion(body: dict, served: ServedModel, settings: ServeSettings) -> GenerationRequest:
     stream, usage, continuous = _common(body, served)
     if boolean(body, "echo"):
         raise invalid("echo", "'echo' is not supported")
@@ -79,11 +82,12 @@ def parse_completion(body: dict, served: ServedModel) -> GenerationRequest:
                                 "(one prompt per request)")
     max_new = served.max_new_tokens(body, ("max_tokens",), len(prompt_ids),
                                     COMPLETIONS_DEFAULT_MAX_TOKENS)
-    return GenerationRequest(prompt_ids, max_new, sampling(body, default_temperature=1.0),
+    return GenerationRequest(prompt_ids, max_new,
+                             sampling(body, served.vocab_size, settings, default_temperature=1.0),
                              stream, usage, continuous)
 
 
-def parse_chat(body: dict, served: ServedModel, default_max_tokens: int) -> GenerationRequest:
+def parse_chat(body: dict, served: ServedModel, settings: ServeSettings) -> GenerationRequest:
     stream, usage, continuous = _common(body, served)
     if body.get("logprobs"):
         raise invalid("logprobs", "'logprobs' is not supported")
@@ -95,15 +99,17 @@ def parse_chat(body: dict, served: ServedModel, default_max_tokens: int) -> Gene
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise invalid(where, f"'{where}' must be an object")
-        role = CHAT_ROLES.get(message.get("role"))
+        role = message.get("role")
+        role = CHAT_ROLES.get(role) if isinstance(role, str) else None
         if role is None:
             raise invalid(f"{where}.role", f"'{where}.role' must be one of {sorted(CHAT_ROLES)}")
         turns.append({"role": role, "content": text_content(message.get("content"),
                                                             f"{where}.content")})
     prompt_ids = served.chat_prompt(turns)
     max_new = served.max_new_tokens(body, ("max_completion_tokens", "max_tokens"),
-                                    len(prompt_ids), default_max_tokens)
-    return GenerationRequest(prompt_ids, max_new, sampling(body, default_temperature=1.0),
+                                    len(prompt_ids), settings.default_max_tokens)
+    return GenerationRequest(prompt_ids, max_new,
+                             sampling(body, served.vocab_size, settings, default_temperature=1.0),
                              stream, usage, continuous)
 
 

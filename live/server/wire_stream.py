@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 
+from scheduler.settings import ServeSettings
+
 from ..streams.events import Done, Failure, HubEvent, Start, Token
 from .sse import KEEPALIVE, event_bytes
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, integer,
@@ -25,6 +27,8 @@ from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel
 ERROR_TYPES = {
     ErrorKind.INVALID: "invalid_request",
     ErrorKind.NOT_FOUND: "not_found",
+    ErrorKind.NOT_ALLOWED: "method_not_allowed",
+    ErrorKind.TIMEOUT: "request_timeout",
     ErrorKind.CONFLICT: "request_id_in_use",
     ErrorKind.GONE: "gone",
     ErrorKind.TOO_LARGE: "request_too_large",
@@ -35,7 +39,7 @@ ERROR_TYPES = {
 }
 
 
-def parse(body: dict, served: ServedModel) -> GenerationRequest:
+def parse(body: dict, served: ServedModel, settings: ServeSettings) -> GenerationRequest:
     has_text, has_ids = body.get("prompt") is not None, body.get("prompt_tokens") is not None
     if has_text == has_ids:
         raise invalid("prompt", "give exactly one of 'prompt' (text) and 'prompt_tokens' (ids)")
@@ -46,7 +50,7 @@ def parse(body: dict, served: ServedModel) -> GenerationRequest:
     else:
         prompt_ids = served.token_ids(body["prompt_tokens"], "prompt_tokens")
     return GenerationRequest(prompt_ids, integer(body, "max_new_tokens", low=1),
-                             sampling(body, default_temperature=0.0))
+                             sampling(body, served.vocab_size, settings, default_temperature=0.0))
 
 
 def error_body(error: RequestError) -> dict:
@@ -59,9 +63,9 @@ def last_event_seq(header: str | None, stream_id: str) -> int | None:
     if header is None or not header.strip():
         return None
     rid, sep, seq = header.strip().rpartition(":")
-    if not sep or rid != stream_id or not seq.isdigit():
+    if not sep or rid != stream_id or not (seq.isascii() and seq.isdigit() and len(seq) <= 20):
         raise RequestError(ErrorKind.INVALID, f"Last-Event-ID must be '{stream_id}:<seq>', "
-                                              f"got {header!r}", "Last-Event-ID")
+                                              f"got {header[:80]!r}", "Last-Event-ID")
     return int(seq)
 
 

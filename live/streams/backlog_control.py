@@ -1,7 +1,10 @@
-"""The backlog policy applied to live streams: each stream as its slowest reader
-sees it is paused, resumed or dropped as the policy decides, and a timer finds the
-stalls no event reveals. Under `naive` the step loop waits for the readers instead,
-through the reader gate."""
+"""The backlog policy applied to live streams: each stream as its owner's reader
+sees it is paused, resumed or dropped as the policy decides; a follower that the
+policy would pause or drop for is cut instead, alone; and a timer finds the
+stalls no event reveals. Under the policies with a stall timeout, that timer also
+cuts the readers of an ended stream (done or dropped) that take nothing for the
+timeout, so that no writer waits for ever on a client that stopped reading. Under
+`naive` the step loop waits for the readers instead, through the reader gate."""
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +14,7 @@ from typing import Callable
 from scheduler import BacklogPolicy, Decision, FinishReason
 
 from .reader_gate import ReaderGate
-from .stream import Stream
+from .stream import Reader, Stream
 
 
 class BacklogControl:
@@ -23,15 +26,26 @@ class BacklogControl:
         self._resume = resume
         self._close = close
         self._gate = ReaderGate() if policy.engine_waits else None
-        self._dropped: set[Stream] = set()
-        """Dropped streams whose readers still hold on."""
+        self._ended: set[Stream] = set()
+        """Ended streams whose readers still hold on."""
         self.readers_cut = 0
 
     def apply(self, stream: Stream, now: float) -> None:
-        reader = stream.slowest()
-        if stream.ended or reader is None:
+        """The policy's decision for the stream, then its count in the naive gate."""
+        self._decide(stream, now)
+        self.recount(stream)
+
+    def _decide(self, stream: Stream, now: float) -> None:
+        if stream.ended:
             return
-        decision = self.policy.decide(stream.backlog(reader), now)
+        for follower in stream.followers():
+            # a stranger's slowness never costs the owner its stream
+            if self.policy.decide(stream.backlog(follower), now) in (Decision.PAUSE,
+                                                                       Decision.DROP):
+                self._cut(follower)
+        if stream.owner is None:
+            return
+        decision = self.policy.decide(stream.backlog(stream.owner), now)
         if decision is Decision.PAUSE:
             stream.policy_paused = True
             self.sync_pause(stream)
@@ -39,9 +53,13 @@ class BacklogControl:
             stream.policy_paused = False
             self.sync_pause(stream)
         elif decision is Decision.DROP:
-            stream.dropped_at = now
-            self._dropped.add(stream)
             self._close(stream, FinishReason.SLOW_CLIENT)
+
+    def ended(self, stream: Stream) -> None:
+        """Its last event is appended: its readers have the stall timeout from now,
+        or from their last read if later, to take what they still hold."""
+        if stream.readers:
+            self._ended.add(stream)
 
     def sync_pause(self, stream: Stream) -> None:
         """The engine's pause follows the policy's and the resume grace's wishes."""
@@ -51,16 +69,20 @@ class BacklogControl:
             (self._pause if want else self._resume)(stream.id)
 
     def recount(self, stream: Stream) -> None:
-        """Under `naive`, carry the stream's unwritten events into the gate's count."""
+        """Under `naive`, carry the owner's unwritten events into the gate's count."""
         if self._gate is None:
             return
-        unread = stream.unread
+        unread = stream.owner_unread
         self._gate.add(unread - stream.counted)
         stream.counted = unread
 
     def reader_gone(self, stream: Stream) -> None:
         if not stream.readers:
-            self._dropped.discard(stream)
+            self._ended.discard(stream)
+        elif stream.owner is None and stream.policy_paused:
+            # its owner's backlog paused it, and nobody is left to resume it for
+            stream.policy_paused = False
+            self.sync_pause(stream)
 
     async def watch(self, interval: float, running: Callable[[], list[Stream]]) -> None:
         """Stalls end without any event arriving: look for them on a timer."""
@@ -70,13 +92,16 @@ class BacklogControl:
             now = time.monotonic()
             for stream in running():
                 self.apply(stream, now)
-            for stream in list(self._dropped):
-                # a dropped stream's reader gets `stall` more to take its last events
+            for stream in list(self._ended):
                 for reader in stream.readers:
-                    if not reader.cut.is_set() and now - max(stream.dropped_at,
-                                                             reader.last_read) > stall:
-                        reader.cut.set()
-                        self.readers_cut += 1
+                    if now - max(stream.ended_at, reader.last_read) > stall:
+                        self._cut(reader)
+
+    def _cut(self, reader: Reader) -> None:
+        """Give up on a reader: its response drops its connection."""
+        if not reader.cut.is_set():
+            reader.cut.set()
+            self.readers_cut += 1
 
     # -- the naive gate, between the step thread and the loop ---------------------
 

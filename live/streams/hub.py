@@ -3,20 +3,22 @@
 Each step's output reaches the hub in one batch, and becomes the events of the
 streams it touched, `Start` … `Done`, in each stream's log (`stream.py`), from
 which its readers (the POST that started it, GETs that attached to it) take them.
-The backlog policy (`backlog_control.py`) is applied to each stream as its slowest
+The backlog policy (`backlog_control.py`) is applied to each stream as its owner's
 reader sees it; the step loop never waits for a reader except under `naive`. Every
 way a stream can end — the engine finishing it, its last reader leaving, a drop,
-shutdown — goes through one idempotent `_end`, and `close` also cancels it in the
-engine.
+shutdown, the engine stopping for good — goes through one idempotent `_end`, and
+`close` also cancels it in the engine. Each engine event is handled on its own: one
+that raises ends its stream with an error, never the other streams' events.
 
 Only the asyncio thread touches streams; the step thread calls `before_step`,
 `deliver` and `after_step`, which hand over through `call_soon_threadsafe`."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
-from scheduler import CoreSnapshot, FinishEvent, FinishReason, TokenEvent
+from scheduler import CoreSnapshot, Event, FinishEvent, FinishReason, TokenEvent
 
 from ..engine.engine import Engine
 from ..engine.step_output import StepOutput
@@ -28,6 +30,8 @@ from .prometheus import ServerMetrics
 from .request_log import RequestLog
 from .stream import EventGone, Reader, Stream, StreamOver
 from .stream_table import StreamTable
+
+log = logging.getLogger("twinstep.hub")
 
 
 class Hub:
@@ -43,6 +47,8 @@ class Hub:
         self.dropped_events = 0
         """Engine events for streams that had already ended on this side."""
         self.shutting_down = False
+        self.engine_stopped = False
+        """The step loop has stopped for good: no stream will be served again."""
         self._between_steps = CoreView.of(engine.core)
         self._step_started = time.time()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -74,6 +80,25 @@ class Hub:
         # handed to the loop behind the step's output: /stats never shows the core
         # idle while the last tokens are still on their way to the streams.
         self._loop.call_soon_threadsafe(self._take_view, CoreView.of(self.engine.core))
+
+    def halt(self, reason: BaseException) -> None:
+        """The step loop has stopped for good (from its thread)."""
+        try:
+            self._loop.call_soon_threadsafe(self._halt)
+        except RuntimeError:  # the loop is closed: nothing is left to end
+            pass
+
+    def _halt(self) -> None:
+        """Every open stream ends with an error; the engine, which will never
+        report on them again, is no longer waited for."""
+        self.engine_stopped = True
+        self.backlog.stop_waiting()
+        for stream in self._streams.running_streams():
+            self._streams.finished(stream.id)
+            if not stream.ended:
+                self._isolated(stream, self._end, stream, FinishReason.ERROR,
+                               stream.completion_tokens, "", time.time())
+        self._check_drained()
 
     def _take_view(self, view: CoreView) -> None:
         self._between_steps = view
@@ -112,6 +137,7 @@ class Hub:
                             f"event {cursor} is gone")
         if stream.ended and cursor == stream.next_seq:
             raise StreamOver(stream_id)
+        stream.check_room(self.settings.max_readers_per_stream)
         stream.stop_grace()
         stream.left_at = stream.left_unix = None
         reader = self._attach(stream, cursor)
@@ -159,6 +185,8 @@ class Hub:
             "readers_cut": self.backlog.readers_cut,
             "engine_waiting_for_readers": self.backlog.engine_waiting,
             "shutting_down": self.shutting_down,
+            "engine_stopped": self.engine_stopped,
+            "step_log_errors": self.engine.step_log.write_errors,
         }
 
     # -- a step's output --------------------------------------------------------
@@ -178,25 +206,43 @@ class Hub:
         touched: dict[str, Stream] = {}
         for e in output.events:
             stream = self._streams.running(e.seq_id)
-            if isinstance(e, TokenEvent):
-                if stream is not None and stream.left_at is not None:
-                    stream.tokens_after_leave += 1
-                    self.metrics.wasted_token()
-                if stream is None or stream.ended:
-                    self.dropped_events += 1
-                    continue
-                self._token(stream, e, output.deltas[e.seq_id], arrived)
-            else:
-                self._finished(stream, e, arrived)
-                if stream is None or stream.ended:
-                    self.dropped_events += 1
-                    continue
-                self._end(stream, e.reason, e.num_generated, output.held[e.seq_id], arrived)
-            touched[stream.id] = stream
+            self._isolated(stream, self._event, e, stream, output, arrived)
+            if stream is not None:
+                touched[stream.id] = stream
         now = time.monotonic()
         for stream in touched.values():
-            self.backlog.apply(stream, now)
-            self.backlog.recount(stream)
+            self._isolated(stream, self.backlog.apply, stream, now)
+
+    def _isolated(self, stream: Stream | None, handle, *args) -> None:
+        """`handle(*args)` for one stream: if it raises, that stream alone ends with
+        an error, and the other streams' events of the step are still handled."""
+        try:
+            handle(*args)
+        except Exception:
+            log.exception("handling stream %s raised; it ends with an error",
+                          stream.id if stream is not None else "(unknown)")
+            if stream is None or stream.ended:
+                return
+            try:
+                self.close(stream, FinishReason.ERROR)
+            except Exception:
+                log.exception("ending stream %s raised", stream.id)
+
+    def _event(self, e: Event, stream: Stream | None, output: StepOutput, arrived: float) -> None:
+        if isinstance(e, TokenEvent):
+            if stream is not None and stream.left_at is not None:
+                stream.tokens_after_leave += 1
+                self.metrics.wasted_token()
+            if stream is None or stream.ended:
+                self.dropped_events += 1
+                return
+            self._token(stream, e, output.deltas[e.seq_id], arrived)
+            return
+        self._finished(stream, e, arrived)
+        if stream is None or stream.ended:
+            self.dropped_events += 1
+            return
+        self._end(stream, e.reason, e.num_generated, output.held[e.seq_id], arrived)
 
     def _token(self, stream: Stream, e: TokenEvent, text: str, arrived: float) -> None:
         if e.index == 0:
@@ -217,6 +263,7 @@ class Hub:
     def _end(self, stream: Stream, reason: FinishReason, completion_tokens: int, text: str,
              finished: float) -> None:
         stream.end(reason, completion_tokens, text, finished)
+        self.backlog.ended(stream)
         self.metrics.finished(reason, finished - stream.arrival if reason in COMPLETED else None)
         self._streams.ended(stream)
         stream.trim(self.settings.replay_events)
@@ -229,18 +276,17 @@ class Hub:
 
     def _attach(self, stream: Stream, cursor: int) -> Reader:
         reader = Reader(stream, cursor, self._read, self._detach)
-        stream.readers.append(reader)
+        stream.add(reader)
         self.backlog.recount(stream)
         return reader
 
     def _read(self, stream: Stream) -> None:
         stream.trim(self.settings.replay_events)
         self.backlog.apply(stream, time.monotonic())
-        self.backlog.recount(stream)
 
     def _detach(self, reader: Reader, left: bool) -> None:
         stream = reader.stream
-        stream.readers.remove(reader)
+        stream.remove(reader)
         self.backlog.recount(stream)
         stream.trim(self.settings.replay_events)
         self.backlog.reader_gone(stream)

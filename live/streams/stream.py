@@ -1,6 +1,8 @@
 """One request's stream on the asyncio side: its log of events, which is at once
 its readers' queue and its `Last-Event-ID` replay buffer, and the readers that
-follow it, each with a cursor into the log."""
+follow it, each with a cursor into the log. One reader is the stream's owner (the
+POST that opened it, or the GET that came while it had none): the backlog policy
+judges the stream by it; the others are followers, each judged alone."""
 from __future__ import annotations
 
 import asyncio
@@ -29,6 +31,10 @@ class StreamOver(LookupError):
     """The stream has ended and its last event was the one asked after."""
 
 
+class ReadersFull(Exception):
+    """The stream has as many followers as it may have."""
+
+
 class Stream:
     def __init__(self, stream_id: str, prompt_tokens: int):
         self.id = stream_id
@@ -45,6 +51,7 @@ class Stream:
         self.next_seq = 0
         self.bytes_total = 0
         self.readers: list[Reader] = []
+        self.owner: Reader | None = None
         self.ended = False
         self.policy_paused = False
         self.engine_paused = False
@@ -54,7 +61,8 @@ class Stream:
         """The same on the wall clock, for the request's record."""
         self.tokens_after_leave = 0
         self.grace: asyncio.TimerHandle | None = None
-        self.dropped_at: float | None = None
+        self.ended_at: float | None = None
+        """Monotonic time its last event was appended."""
         self.counted = 0
         """Unwritten events this stream holds in the naive gate's count."""
 
@@ -74,6 +82,7 @@ class Stream:
         timing = Timing(self.arrival, self.admitted, self.first_token, finished)
         self.append(Done(self.next_seq, reason, self.prompt_tokens, completion_tokens, text, timing))
         self.ended = True
+        self.ended_at = time.monotonic()
         self.stop_grace()
 
     def trim(self, replay_events: int) -> None:
@@ -96,13 +105,36 @@ class Stream:
         i = seq - self.base_seq
         return self.log[i][0] if 0 <= i < len(self.log) else None
 
+    def add(self, reader: Reader) -> None:
+        """A reader follows the stream: its owner if it has none."""
+        self.readers.append(reader)
+        if self.owner is None:
+            self.owner = reader
+
+    def remove(self, reader: Reader) -> None:
+        self.readers.remove(reader)
+        if reader is self.owner:
+            self.owner = None
+
+    def check_room(self, max_followers: int) -> None:
+        """Raise `ReadersFull` if one more reader would be a follower beyond `max_followers`."""
+        if self.owner is not None and len(self.followers()) >= max_followers:
+            raise ReadersFull(f"stream {self.id} has {max_followers} followers already, "
+                              "as many as it may have")
+
+    def followers(self) -> list[Reader]:
+        return [r for r in self.readers if r is not self.owner]
+
     def backlog(self, reader: Reader) -> Backlog:
-        queued = self.next_seq - reader.cursor
-        if not queued:
-            return Backlog(0, 0, reader.last_read, self.policy_paused)
-        _, queued_at, bytes_before = self.log[reader.cursor - self.base_seq]
-        return Backlog(queued, self.bytes_total - bytes_before,
-                       max(reader.last_read, queued_at), self.policy_paused)
+        """What `reader` holds back, counted from where it joined: a reader that
+        replays the stream's past is not behind for it. Paused only for the owner."""
+        first = max(reader.cursor, reader.joined)
+        paused = self.policy_paused and reader is self.owner
+        if first == self.next_seq:
+            return Backlog(0, 0, reader.last_read, paused)
+        _, queued_at, bytes_before = self.log[first - self.base_seq]
+        return Backlog(self.next_seq - first, self.bytes_total - bytes_before,
+                       max(reader.last_read, queued_at), paused)
 
     def slowest(self) -> Reader | None:
         return min(self.readers, key=lambda r: r.cursor, default=None)
@@ -112,6 +144,10 @@ class Stream:
         """Events its slowest reader has not taken yet."""
         slowest = self.slowest()
         return self.next_seq - slowest.cursor if slowest is not None else 0
+
+    @property
+    def owner_unread(self) -> int:
+        return self.next_seq - self.owner.cursor if self.owner is not None else 0
 
 
 class Reader:
@@ -124,9 +160,11 @@ class Reader:
                  on_detach: Callable[[Reader, bool], None]):
         self.stream = stream
         self.cursor = cursor
+        self.joined = cursor
         self.last_read = time.monotonic()
         self.cut = asyncio.Event()
-        """Set when the hub gives up on this reader (a dropped stream it never drains)."""
+        """Set when the hub gives up on this reader (it stalled after its stream
+        ended, or fell behind as a follower)."""
         self._on_ack = on_ack
         self._on_detach = on_detach
         self._wake = asyncio.Event()

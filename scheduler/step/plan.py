@@ -2,6 +2,7 @@
 that predict what it costs."""
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..events import FinishEvent
@@ -21,6 +22,18 @@ class PlanFeatures:
     tokens before it): a whole prompt's length squared."""
     decode_batch: int
     context_tokens: int
+
+    @classmethod
+    def of(cls, chunks: list[Sequence], decode_batch: int, context: int) -> PlanFeatures:
+        """The features of a step that prefills `chunks` and decodes `decode_batch`
+        sequences holding `context` tokens."""
+        prefill_tokens = prefill_tokens_sq = 0
+        for seq in chunks:
+            n = seq.chunk
+            prefill_tokens += n
+            # n times the context it attends to: the tokens before it and itself
+            prefill_tokens_sq += n * (seq.num_tokens - seq.prefill_left + n)
+        return cls(len(chunks), prefill_tokens, prefill_tokens_sq, decode_batch, context)
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -59,3 +72,21 @@ class StepPlan:
     @property
     def is_empty(self) -> bool:
         return not self.prefills and not self.decodes and not self.partials
+
+    @property
+    def computed(self) -> list[Sequence]:
+        """Every sequence the executor computes something for."""
+        return self.prefills + self.partials + self.decodes
+
+    def part(self, seq_ids: Collection[str]) -> StepPlan:
+        """The plan of the sequences in `seq_ids` alone: each one's share of this
+        step, as it would be planned with nothing else beside it. `finished` and
+        `preempted` are the step's own (an executor skips them; a commit reports
+        the cancels). Committing a part records nothing for the sequences outside it."""
+        def keep(seqs: list[Sequence]) -> list[Sequence]:
+            return [seq for seq in seqs if seq.id in seq_ids]
+        prefills, decodes, partials = keep(self.prefills), keep(self.decodes), keep(self.partials)
+        features = PlanFeatures.of(prefills + partials, len(decodes),
+                                   sum(seq.num_tokens for seq in decodes))
+        return StepPlan(self.index, prefills, decodes, self.finished, features, self.preempted,
+                        partials, keep(self.admitted))

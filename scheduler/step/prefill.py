@@ -1,16 +1,18 @@
 """The prefills of a step: first the next chunk of each admitted prompt still being
 prefilled, then waiting requests admitted in arrival order while a batch slot,
-their reservation and the step's prefill budget fit."""
+their reservation and the step's prefill budget fit; a request whose reservation
+does not fit may be overtaken by later ones that do, a bounded number of times."""
 from __future__ import annotations
 
 from ..admission import AdmissionPolicy
 from ..block_pool import BlockPool
 from ..config import SchedulerConfig
 from ..request import Sequence, SeqState
+from .overtake import Overtaking
 
 
 class Prefills:
-    __slots__ = ("config", "policy", "pool", "chunking")
+    __slots__ = ("config", "policy", "pool", "chunking", "overtaking")
 
     def __init__(self, config: SchedulerConfig, policy: AdmissionPolicy, pool: BlockPool):
         self.config = config
@@ -19,6 +21,7 @@ class Prefills:
         self.chunking: dict[str, Sequence] = {}
         """Admitted sequences with chunks of their prompt still to prefill, in
         admission order."""
+        self.overtaking = Overtaking(config.max_overtakes)
 
     def plan(self, waiting: dict[str, Sequence], num_admitted: int,
              admit: bool) -> tuple[list[Sequence], list[Sequence], list[Sequence]]:
@@ -67,14 +70,23 @@ class Prefills:
                partials: list[Sequence], budget: int | None) -> list[Sequence]:
         """Admit in arrival order, adding each to `prefills` (or to `partials` when
         only a chunk of it fits); returns those admitted, still in `waiting`. A
-        paused waiting request is passed over (it is not ready); a ready one that
-        does not fit stops admission, so nothing overtakes it."""
+        paused waiting request is passed over (it is not ready). A ready one whose
+        reservation does not fit is passed over too while later admissions have
+        overtaken it fewer than `max_overtakes` times; once they have, it stops
+        admission, so nothing overtakes it until it fits."""
         config, pool, policy = self.config, self.pool, self.policy
         admitted: list[Sequence] = []
+        overtaking = self.overtaking
+        if overtaking.record is None:
+            candidates, passed = waiting.values(), []
+        else:
+            candidates, passed = overtaking.resume(waiting, pool.free_blocks)
+        # passed: ready requests that did not fit, which each admission from here on overtakes
+        bound = overtaking.bound
         chunked = config.chunked_prefill
         slots = config.max_batch - num_admitted
         headroom = policy.headroom(config.num_blocks)
-        for seq in waiting.values():
+        for seq in candidates:
             if slots <= 0 or (chunked and budget <= 0):
                 break
             if seq.state is SeqState.PAUSED:
@@ -85,7 +97,10 @@ class Prefills:
             need = policy.reservation(seq, config.block_size)
             # headroom only beside others: alone, a request that fits the pool runs
             if not pool.can_reserve(need + (headroom if num_admitted or admitted else 0)):
-                break
+                if seq.overtaken >= bound:
+                    break
+                passed.append(seq)
+                continue
             seq.block_table = pool.reserve(seq.id, need)
             seq.reserved = need
             pool.grow(seq.id, n)
@@ -101,4 +116,9 @@ class Prefills:
             if budget is not None:
                 budget -= seq.chunk
             slots -= 1
+            if passed and overtaking.overtook(passed):
+                break
+        else:
+            if passed:
+                overtaking.scanned(waiting, pool.free_blocks, passed)
         return admitted

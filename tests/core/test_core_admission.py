@@ -7,7 +7,7 @@ from core_helpers import drain, finishes, make_core, req, step, tokens_of
 
 
 def test_block_limited_admission_keeps_arrival_order():
-    core = make_core(num_blocks=10, block_size=4, max_batch=8)
+    core = make_core(num_blocks=10, block_size=4, max_batch=8, max_overtakes=0)
     core.submit(req(0, prompt=8, new=8))   # 4 blocks
     core.submit(req(1, prompt=16, new=16))  # 8 blocks: does not fit beside r0
     core.submit(req(2, prompt=1, new=3))   # 1 block: would fit, must not overtake r1

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
     ("optimistic", "preemptions 2, tokens recomputed 14", 13),
 ])
 def test_the_demo_runs_to_a_whole_pool(admission, counts, steps):
-    out = subprocess.run([sys.executable, "-m", "scheduler", "demo", "--admission", admission],
+    out = subprocess.run([sys.executable, "-m", "scheduler", "demo", "--admission", admission,
+                          "--max-overtakes", "0"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -24,8 +25,20 @@ def test_the_demo_runs_to_a_whole_pool(admission, counts, steps):
     assert ("r2:preempted" in out.stdout) == (admission == "optimistic")
 
 
+def test_the_demo_lets_a_small_request_go_ahead_by_default():
+    out = subprocess.run([sys.executable, "-m", "scheduler", "demo"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line[:4].strip().isdigit()]
+    # r1 (18 tokens: 5 blocks) does not fit beside r0 (3 of the 7); r2 (15 tokens: 4
+    # blocks) does, and goes ahead of it
+    assert rows[0][1] == "r0,r2"
+    assert out.stdout.splitlines()[-1] == "pool whole after the run: True"
+
+
 def test_the_demo_prefills_in_chunks_when_asked():
-    out = subprocess.run([sys.executable, "-m", "scheduler", "demo", "--chunk", "4"],
+    out = subprocess.run([sys.executable, "-m", "scheduler", "demo", "--chunk", "4",
+                          "--max-overtakes", "0"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines() if line[:4].strip().isdigit()]

@@ -23,7 +23,7 @@ ops = st.lists(
 def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, max_batch, policy,
                                                   chunk_budget):
     core = make_core(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch,
-                     max_waiting=10, admission=ADMISSION_POLICIES[policy](),
+                     max_waiting=10, admission=ADMISSION_POLICIES[policy](), max_overtakes=0,
                      max_prefill_tokens=chunk_budget, chunked_prefill=chunk_budget is not None)
     released = []
     original = core.pool.release

@@ -172,12 +172,13 @@ def test_greedy_tokens_concurrent_equal_alone(family, fast_device):
 def test_preempted_sequences_recompute_to_the_same_greedy_tokens(fast_device):
     # 20 blocks of 4, which d alone fills at its end: the others grow into what it
     # needs, and the newest is preempted and recomputed (a padded prefill of its
-    # prompt and output)
+    # prompt and output); in strict arrival order, so that d is admitted when the
+    # others can still grow into its blocks
     runner = ModelRunner(tiny_llama(), NUM_BLOCKS, 4, fast_device, torch.float32,
                          cuda_graph_max_batch=GRAPH_BATCH)
     alone, _ = greedy_alone_and_together(runner, 4)
     core = Scheduler(SchedulerConfig(num_blocks=20, block_size=4, max_batch=8,
-                                     admission="optimistic"))
+                                     admission="optimistic", max_overtakes=0))
     assert drive(core, runner, arrivals()) == alone
     assert core.preemptions >= 1 and core.recomputed_tokens > 0 and core.is_drained()
 

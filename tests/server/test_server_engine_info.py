@@ -32,7 +32,7 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
     settings = ServeSettings(model=str(model_dir), max_batch=3, num_blocks=40, block_size=8,
                              max_waiting=9, policy="pause", max_queued=7, resume_grace_s=2.0,
                              keepalive_s=5.0, step_ring=50, max_prefill_tokens=20,
-                             chunked_prefill=True, admission="optimistic")
+                             chunked_prefill=True, admission="optimistic", max_overtakes=2)
     with running_server(settings) as url:
         info = httpx.get(url + "/v1/engine").json()
         assert info["model"] == model_dir.name
@@ -41,7 +41,7 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
         assert info["scheduler"] == {"num_blocks": 40, "block_size": 8, "max_batch": 3,
                                      "max_waiting": 9, "max_model_len": 256,
                                      "max_prefill_tokens": 20, "chunked_prefill": True,
-                                     "admission": "optimistic"}
+                                     "admission": "optimistic", "max_overtakes": 2}
         assert ServeSettings(**info["settings"]) == settings
         assert (info["settings"]["device"], info["settings"]["dtype"]) == ("cpu", "float32")
         assert (info["settings"]["stall_timeout_s"], info["settings"]["gpu_memory_fraction"],
@@ -51,8 +51,8 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
         # the simulator built from it runs the same settings
         setup = build_setup(ConstantCost(1.0), **ServerInfo.from_json(info).sim_settings())
         assert (setup.config.num_blocks, setup.config.max_batch, setup.config.admission,
-                setup.config.max_prefill_tokens, setup.config.chunked_prefill) == (
-                    40, 3, "optimistic", 20, True)
+                setup.config.max_prefill_tokens, setup.config.chunked_prefill,
+                setup.config.max_overtakes) == (40, 3, "optimistic", 20, True, 2)
         assert (setup.policy.name, setup.policy.max_queued, setup.resume_grace_s) == ("pause", 7, 2.0)
 
         httpx.post(url + "/v1/stream", json={"prompt": "hello", "max_new_tokens": 6})

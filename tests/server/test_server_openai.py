@@ -137,14 +137,18 @@ def test_stop_and_eos_finish_with_stop():
 
 
 class FailingRunner:
-    """Raises on its `fail_at`-th step, as a model that breaks mid-generation."""
+    """Raises on every run of its `fail_at`-th step, the engine's retries of it
+    sequence by sequence included, as a model that breaks on that step's input."""
 
     def __init__(self, runner, fail_at: int):
         self.runner, self.fail_at, self.steps = runner, fail_at, 0
         self.eos_token_ids, self.vocab_size = runner.eos_token_ids, runner.vocab_size
+        self._step_index = None
 
     def execute(self, plan):
-        self.steps += 1
+        if plan.index != self._step_index:  # a retry runs under its step's index
+            self._step_index = plan.index
+            self.steps += 1
         if self.steps == self.fail_at:
             raise RuntimeError("the model broke (on purpose)")
         return self.runner.execute(plan)

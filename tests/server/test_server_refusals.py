@@ -1,69 +1,12 @@
 """Everything refusable is refused before the first byte, as a JSON error in the
 API's own envelope with the right status, and leaves nothing held behind."""
-from dataclasses import dataclass
-from typing import Callable
-
 import httpx
 import pytest
 
 from scheduler.settings import ServeSettings
 from live_server import (TOY_CONTEXT, TOY_NAME, RawStream, held_app, running_server, stats,
                          tiny_app, wait_for, wait_idle)
-
-
-@dataclass
-class Api:
-    name: str
-    path: str
-    valid: Callable[..., dict]
-    """A body the server accepts; keyword arguments override its fields."""
-    max_tokens: str
-    error: Callable[[dict], dict]
-    """The inner error object of an envelope, after checking the envelope's shape."""
-
-
-def _openai_error(body):
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    return body["error"]
-
-
-def _own_error(body):
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"type", "message", "param"}
-    return body["error"]
-
-
-def _anthropic_error(body):
-    assert body["type"] == "error" and set(body) == {"type", "error"}
-    assert set(body["error"]) == {"type", "message"}
-    return body["error"]
-
-
-def _body(base: dict, overrides: dict) -> dict:
-    body = {**base, **overrides}
-    return {k: v for k, v in body.items() if v is not _DROP}
-
-
-_DROP = object()
-
-APIS = [
-    Api("stream", "/v1/stream",
-        lambda **kw: _body({"prompt": "hello", "max_new_tokens": 4}, kw), "max_new_tokens",
-        _own_error),
-    Api("completions", "/v1/completions",
-        lambda **kw: _body({"model": TOY_NAME, "prompt": "hello", "max_tokens": 4}, kw),
-        "max_tokens", _openai_error),
-    Api("chat", "/v1/chat/completions",
-        lambda **kw: _body({"model": TOY_NAME, "max_tokens": 4,
-                            "messages": [{"role": "user", "content": "hello"}]}, kw),
-        "max_tokens", _openai_error),
-    Api("messages", "/v1/messages",
-        lambda **kw: _body({"model": TOY_NAME, "max_tokens": 4,
-                            "messages": [{"role": "user", "content": "hello"}]}, kw),
-        "max_tokens", _anthropic_error),
-]
-IDS = [api.name for api in APIS]
+from wire_apis import APIS, DROP, IDS, openai_error, refused
 
 
 @pytest.fixture(scope="module")
@@ -75,25 +18,13 @@ def server():
     assert engine.core.is_drained()
 
 
-def _refused(url: str, api: Api, status: int, *, json=None, content=None, headers=None):
-    r = httpx.post(url + api.path, json=json, content=content, headers=headers, timeout=30)
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/json"
-    error = api.error(r.json())
-    assert error["message"]
-    after = stats(url)
-    assert after["blocks_reserved"] == 0 and after["waiting"] == 0 and after["streams_open"] == 0
-    assert httpx.get(url + "/health").status_code == 200
-    return r, error
-
-
 @pytest.mark.parametrize("api", APIS, ids=IDS)
 def test_malformed_json_and_non_objects_are_400(server, api):
-    _, error = _refused(server, api, 400, content=b'{"prompt": "hello", ',
+    _, error = refused(server, api, 400, content=b'{"prompt": "hello", ',
                         headers={"content-type": "application/json"})
     assert "JSON" in error["message"]
-    _refused(server, api, 400, content=b"[1, 2]")
-    _refused(server, api, 400, content=b"\xff\xfe not utf-8")
+    refused(server, api, 400, content=b"[1, 2]")
+    refused(server, api, 400, content=b"\xff\xfe not utf-8")
 
 
 MISSING = {"stream": "max_new_tokens", "completions": "prompt", "chat": "messages",
@@ -115,20 +46,20 @@ WRONG_TYPES = {
 
 @pytest.mark.parametrize("api", APIS, ids=IDS)
 def test_missing_and_wrongly_typed_fields_are_400_naming_the_field(server, api):
-    _, error = _refused(server, api, 400, json=api.valid(**{MISSING[api.name]: _DROP}))
+    _, error = refused(server, api, 400, json=api.valid(**{MISSING[api.name]: DROP}))
     assert MISSING[api.name] in error["message"]
     for override in WRONG_TYPES[api.name]:
-        _refused(server, api, 400, json=api.valid(**override))
+        refused(server, api, 400, json=api.valid(**override))
 
 
 @pytest.mark.parametrize("api", APIS, ids=IDS)
 def test_max_tokens_out_of_range(server, api):
     for bad in (0, -3, 1.5, True):
-        _, error = _refused(server, api, 400, json=api.valid(**{api.max_tokens: bad}))
+        _, error = refused(server, api, 400, json=api.valid(**{api.max_tokens: bad}))
         if api.name != "messages":
             assert error["param"] == api.max_tokens
     # more than the context holds after the prompt: too long, 422
-    _refused(server, api, 422, json=api.valid(**{api.max_tokens: TOY_CONTEXT}))
+    refused(server, api, 422, json=api.valid(**{api.max_tokens: TOY_CONTEXT}))
 
 
 @pytest.mark.parametrize("api", APIS, ids=IDS)
@@ -139,33 +70,33 @@ def test_prompts_too_long_for_the_model_or_the_pool_are_422(server, api):
         body = api.valid(**{field: too_long})
     else:
         body = api.valid(messages=[{"role": "user", "content": too_long}])
-    _, error = _refused(server, api, 422, json=body)
+    _, error = refused(server, api, 422, json=body)
     assert "context" in error["message"]
     # fits the context (256) but not the pool: 48 blocks of 4 tokens hold 192
     fits_context = "x" * 150
     body = api.valid(**{field: fits_context}) if field else \
         api.valid(messages=[{"role": "user", "content": fits_context}])
     body[api.max_tokens] = 80
-    _, error = _refused(server, api, 422, json=body)
+    _, error = refused(server, api, 422, json=body)
     assert "blocks" in error["message"]
 
 
 @pytest.mark.parametrize("api", APIS, ids=IDS)
 def test_a_body_over_the_limit_is_413_whether_declared_or_chunked(server, api):
     big = api.valid(padding="x" * 5000)
-    _refused(server, api, 413, json=big)
+    refused(server, api, 413, json=big)
 
     def chunks():  # no Content-Length: the limit holds while reading
         yield b'{"padding": "'
         for _ in range(10):
             yield b"x" * 1000
         yield b'"}'
-    _refused(server, api, 413, content=chunks())
+    refused(server, api, 413, content=chunks())
 
 
 @pytest.mark.parametrize("api", [a for a in APIS if a.name != "stream"], ids=IDS[1:])
 def test_a_model_not_served_is_404_but_default_and_the_listed_one_are_served(server, api):
-    _, error = _refused(server, api, 404, json=api.valid(model="gpt-17"))
+    _, error = refused(server, api, 404, json=api.valid(model="gpt-17"))
     assert "gpt-17" in error["message"]
     for name in (TOY_NAME, "default"):
         assert httpx.post(server + api.path, json=api.valid(model=name), timeout=30).status_code == 200
@@ -173,7 +104,7 @@ def test_a_model_not_served_is_404_but_default_and_the_listed_one_are_served(ser
     assert [m["id"] for m in models["data"]] == [TOY_NAME]
     assert httpx.get(server + f"/v1/models/{TOY_NAME}").json()["id"] == TOY_NAME
     r = httpx.get(server + "/v1/models/gpt-17")
-    assert r.status_code == 404 and _openai_error(r.json())["code"] == "model_not_found"
+    assert r.status_code == 404 and openai_error(r.json())["code"] == "model_not_found"
     wait_idle(server)
 
 

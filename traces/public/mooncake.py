@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import TraceError, shown
 from ..jsonl import json_lines
-from ..record import TraceRequest
+from ..record import MAX_COUNT, TraceRequest
 from ..shaping import shape
 from .rows import PublicRow, requests_from_rows
 
@@ -20,8 +20,8 @@ FIELDS = ("timestamp", "input_length", "output_length")
 
 def _count(obj: dict, name: str, source: str, line: int) -> int:
     value = obj.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
-            or not float(value).is_integer():
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= MAX_COUNT or not float(value).is_integer():
         problem = "is missing" if name not in obj else f"must be a non-negative integer, got {shown(value)}"
         raise TraceError.at(source, line, f"field {name!r} {problem}")
     return int(value)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..errors import TraceError, shown
-from ..record import TraceRequest
+from ..record import MAX_COUNT, TraceRequest
 from ..shaping import to_microsecond
 
 
@@ -80,7 +80,7 @@ def token_count(cell: str, source: str, line: int, column: str) -> int:
         value = float(cell)
     except ValueError:
         value = -1.0
-    if not value >= 0 or not value.is_integer():
+    if not 0 <= value <= MAX_COUNT or not value.is_integer():
         raise TraceError.at(source, line, f"column {column!r} must be a non-negative integer, "
                                           f"got {shown(cell)}")
     return int(value)
