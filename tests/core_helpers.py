@@ -2,7 +2,8 @@
 that say which sequence and step made them."""
 from __future__ import annotations
 
-from scheduler import FinishEvent, Request, Scheduler, SchedulerConfig, TokenEvent
+from scheduler import (FinishEvent, QueueFull, Request, RequestTooLarge, Scheduler,
+                       SchedulerConfig, TokenEvent)
 
 
 def make_core(num_blocks=64, block_size=4, max_batch=8, max_waiting=100, admission=None,
@@ -39,3 +40,31 @@ def finishes(events):
 
 def tokens_of(events, seq_id):
     return [e.token_id for e in events if isinstance(e, TokenEvent) and e.seq_id == seq_id]
+
+
+def play(core: Scheduler, ops, do_step) -> list[str]:
+    """Apply a random workload: `("submit", prompt, new)` submits `r<n>` (a refusal
+    is no request), `("step", stop_at)` calls `do_step(stop_at)`, and `(wish, n)`
+    cancels, pauses or resumes `r<n>`; then resumes every request (nothing may stay
+    paused forever) and steps until the core has no work. The ids accepted."""
+    accepted = []
+    n = 0
+    for op in ops:
+        if op[0] == "submit":
+            try:
+                core.submit(Request(f"r{n}", op[1], op[2]))
+                accepted.append(f"r{n}")
+            except (QueueFull, RequestTooLarge):
+                pass
+            n += 1
+        elif op[0] == "step":
+            do_step(op[1])
+        else:
+            getattr(core, op[0])(f"r{op[1]}")
+    for rid in accepted:
+        core.resume(rid)
+    for _ in range(10_000):
+        if not core.has_work():
+            break
+        do_step(set())
+    return accepted

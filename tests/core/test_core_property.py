@@ -1,10 +1,9 @@
 """Random interleavings of wishes and steps: the pool stays consistent and whole."""
 from hypothesis import given, settings, strategies as st
 
-from scheduler import (ADMISSION_POLICIES, FinishEvent, FinishReason, QueueFull, Request,
-                       RequestTooLarge, SeqState)
+from scheduler import ADMISSION_POLICIES, FinishEvent, FinishReason, SeqState
 
-from core_helpers import make_core
+from core_helpers import make_core, play
 
 ops = st.lists(
     st.one_of(
@@ -28,8 +27,7 @@ def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, m
     released = []
     original = core.pool.release
     core.pool.release = lambda seq_id: (released.append(seq_id), original(seq_id))[1]
-    accepted, admitted_order, finished = [], [], {}
-    n = 0
+    admitted_order, finished = [], {}
 
     def do_step(stop_at):
         plan = core.plan()
@@ -58,24 +56,7 @@ def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, m
         assert len(core.running) <= max_batch
         assert core.pool.used_blocks <= core.pool.reserved_blocks
 
-    for op in ops:
-        if op[0] == "submit":
-            try:
-                core.submit(Request(f"r{n}", op[1], op[2]))
-                accepted.append(f"r{n}")
-            except (QueueFull, RequestTooLarge):
-                pass
-            n += 1
-        elif op[0] == "step":
-            do_step(op[1])
-        else:
-            getattr(core, op[0])(f"r{op[1]}")
-    for rid in accepted:
-        core.resume(rid)  # nothing may stay paused forever
-    for _ in range(10_000):
-        if not core.has_work():
-            break
-        do_step(set())
+    accepted = play(core, ops, do_step)
     assert core.is_drained()
     assert set(finished) == set(accepted)
     # a release for every admission: once each, and again for each preemption

@@ -5,31 +5,12 @@ import pytest
 
 from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
-from live.runner.params import SamplingParams
 from scheduler import FinishReason, SchedulerConfig
 
-from engine_helpers import run_engine
+from engine_helpers import NEW, ByteTokenizer, requests, run_engine
 from tiny_models import tiny_gpt2, tiny_llama
 
 BS = 4
-NEW = 24
-
-
-class ByteTokenizer:
-    """Token i is chr(65 + i % 26): enough for the engine's text path."""
-
-    def decode(self, ids, skip_special_tokens=True):
-        return "".join(chr(65 + i % 26) for i in ids)
-
-
-def requests():
-    sampled = SamplingParams(temperature=0.9, top_k=50, seed=11)
-    return [("r0", [5, 9, 2, 7, 1, 3], NEW, SamplingParams()),
-            ("r1", [4, 4, 8], NEW, SamplingParams()),
-            ("r2", [12, 30, 2, 2, 9, 17, 3, 8, 1], NEW, sampled),
-            ("r3", [7], NEW, SamplingParams()),
-            ("r4", [21, 22, 23, 24, 25], NEW, SamplingParams(temperature=0.7, seed=3)),
-            ("r5", [2, 3], NEW, SamplingParams())]
 
 
 def engine_for(model, num_blocks, admission):

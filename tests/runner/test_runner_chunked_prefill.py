@@ -6,10 +6,8 @@ import torch
 
 from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
-from live.runner.params import SamplingParams
 from scheduler import FinishReason, SchedulerConfig
-from engine_helpers import run_engine
-from test_engine_preemption import ByteTokenizer, requests
+from engine_helpers import ByteTokenizer, requests, run_engine
 from tiny_models import BUILDERS, drive, make, prompt, request
 
 ARRIVALS = {  # step -> (id, prompt length, new tokens)
