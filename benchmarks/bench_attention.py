@@ -17,8 +17,10 @@ benchmark's first step) and 64 prompts of 16 to 512.
 
 Each way is checked against the reference before it is timed. Times are medians of
 `triton.testing.do_bench` on CUDA, wall times of one call elsewhere (a dry run: the
-decode kernel in the interpreter). Results go to DIR/attention.json; markdown
-tables are printed last."""
+decode kernel in the interpreter). A way that fails its check or raises is recorded
+as an error in its row and the rest go on. Results go to DIR/attention.json after
+every row, so a run cut short keeps what it measured; markdown tables are printed
+last."""
 from __future__ import annotations
 
 import argparse
@@ -69,52 +71,93 @@ def timed_ms(fn, device) -> float:
     return 1000 * (time.perf_counter() - start)
 
 
-def decode_rows(device, batches: list[int], context: int) -> list[dict]:
-    rows = []
+class Results:
+    """The rows so far, rewritten to disk after each one."""
+
+    def __init__(self, path: Path):
+        self.path, self.rows = path, {"decode": [], "prefill": []}
+
+    def add(self, kind: str, row: dict) -> None:
+        self.rows[kind].append(row)
+        print(json.dumps(row), flush=True)
+        self.path.write_text(json.dumps(self.rows, indent=1))
+
+
+def attempt(row: dict, key: str, fn) -> None:
+    """`row[key] = fn()`, or the failure under `key + "_error"`: one way's failure
+    must not cost the other ways or rows."""
+    try:
+        row[key] = fn()
+    except Exception as exc:
+        row[key + "_error"] = _error(exc)
+
+
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def checked_ms(run, expected: torch.Tensor, dtype, what: str, device) -> float:
+    check(run(), expected, dtype, what)
+    return timed_ms(run, device)
+
+
+def decode_rows(results: Results, device, batches: list[int], context: int) -> None:
     for shape, (heads, kv_heads, dim) in SHAPES.items():
         for dtype in (torch.bfloat16, torch.float32):
             for seqs in batches:
-                q, k, v, tables, lens = case(heads, kv_heads, dim, seqs, context, dtype, device)
-                scale = dim ** -0.5
-                paged = PagedContext.build(tables, lens, BLOCK_SIZE, device)
-                expected = paged_decode_attention(q.float(), k.float(), v.float(), paged, scale)
                 row = {"shape": shape, "dtype": str(dtype).removeprefix("torch."), "batch": seqs,
-                       "context": context, "kv_mb": 2 * k[0].numel() * k.element_size()
-                       * seqs * -(-context // BLOCK_SIZE) / 2**20,
-                       "reference_ms": timed_ms(lambda: paged_decode_attention(q, k, v, paged, scale),
-                                                device)}
-                blocks = BlockTables.build(tables, lens, device)
-                for tile, warps in TILINGS:
-                    def run():
-                        return triton_decode_attention(q, k, v, blocks, scale, tile=tile, num_warps=warps)
-                    check(run(), expected, dtype, f"{shape} {dtype} batch {seqs}: tile {tile}, {warps} warps")
-                    row[f"tile{tile}w{warps}_ms"] = timed_ms(run, device)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    return rows
+                       "context": context, "kv_mb": 2 * BLOCK_SIZE * kv_heads * dim * dtype.itemsize
+                       * seqs * -(-context // BLOCK_SIZE) / 2**20}
+                try:
+                    decode_ways(row, shape, heads, kv_heads, dim, seqs, context, dtype, device)
+                except Exception as exc:  # in the inputs or the reference: no way of the row ran
+                    row["error"] = _error(exc)
+                results.add("decode", row)
 
 
-def prefill_rows(device, batches: dict[str, list[int]]) -> list[dict]:
-    rows = []
+def decode_ways(row: dict, shape: str, heads: int, kv_heads: int, dim: int, seqs: int,
+                context: int, dtype, device) -> None:
+    """Times each way into `row`."""
+    q, k, v, tables, lens = case(heads, kv_heads, dim, seqs, context, dtype, device)
+    scale = dim ** -0.5
+    paged = PagedContext.build(tables, lens, BLOCK_SIZE, device)
+    expected = paged_decode_attention(q.float(), k.float(), v.float(), paged, scale)
+    attempt(row, "reference_ms", lambda: timed_ms(lambda: paged_decode_attention(q, k, v, paged, scale),
+                                                  device))
+    blocks = BlockTables.build(tables, lens, device)
+    for tile, warps in TILINGS:
+        def run(tile=tile, warps=warps):
+            return triton_decode_attention(q, k, v, blocks, scale, tile=tile, num_warps=warps)
+        attempt(row, f"tile{tile}w{warps}_ms", lambda: checked_ms(
+            run, expected, dtype, f"{shape} {dtype} batch {seqs}: tile {tile}, {warps} warps", device))
+
+
+def prefill_rows(results: Results, device, batches: dict[str, list[int]]) -> None:
     for shape, (heads, kv_heads, dim) in SHAPES.items():
         for dtype in (torch.bfloat16, torch.float32):
             for name, lengths in batches.items():
-                g = torch.Generator().manual_seed(len(lengths))
-                n = sum(lengths)
-                q, k, v = (torch.randn(n, h, dim, generator=g).to(device, dtype)
-                           for h in (heads, kv_heads, kv_heads))
-                spans = PromptSpans([sum(lengths[:i]) for i in range(len(lengths))], lengths)
-                scale = dim ** -0.5
-                per_prompt, padded = PerPromptPrefill(), PaddedPrefill(device)
-                expected = per_prompt(q.float(), k.float(), v.float(), spans, scale)
-                check(padded(q, k, v, padded.layout(spans), scale), expected, dtype, f"{shape} {name} padded")
                 row = {"shape": shape, "dtype": str(dtype).removeprefix("torch."), "prompts": name,
-                       "tokens": n,
-                       "per_prompt_ms": timed_ms(lambda: per_prompt(q, k, v, spans, scale), device),
-                       "padded_ms": timed_ms(lambda: padded(q, k, v, padded.layout(spans), scale), device)}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    return rows
+                       "tokens": sum(lengths)}
+                try:
+                    prefill_ways(row, shape, heads, kv_heads, dim, name, lengths, dtype, device)
+                except Exception as exc:  # in the inputs or the reference: no way of the row ran
+                    row["error"] = _error(exc)
+                results.add("prefill", row)
+
+
+def prefill_ways(row: dict, shape: str, heads: int, kv_heads: int, dim: int, name: str,
+                 lengths: list[int], dtype, device) -> None:
+    """Times each way into `row`."""
+    g = torch.Generator().manual_seed(len(lengths))
+    q, k, v = (torch.randn(sum(lengths), h, dim, generator=g).to(device, dtype)
+               for h in (heads, kv_heads, kv_heads))
+    spans = PromptSpans([sum(lengths[:i]) for i in range(len(lengths))], lengths)
+    scale = dim ** -0.5
+    per_prompt, padded = PerPromptPrefill(), PaddedPrefill(device)
+    expected = per_prompt(q.float(), k.float(), v.float(), spans, scale)
+    attempt(row, "per_prompt_ms", lambda: timed_ms(lambda: per_prompt(q, k, v, spans, scale), device))
+    attempt(row, "padded_ms", lambda: checked_ms(lambda: padded(q, k, v, padded.layout(spans), scale),
+                                                 expected, dtype, f"{shape} {name} padded", device))
 
 
 def check(got: torch.Tensor, expected: torch.Tensor, dtype, what: str) -> None:
@@ -135,16 +178,17 @@ def main(argv=None) -> int:
     else:
         spread = torch.linspace(16, 512, 64).round().int().tolist()
         batches, context, prompts = [1, 32, 256], 456, {"256x200": [200] * 256, "64 of 16-512": spread}
-    decode = decode_rows(device, batches, context)
-    prefill = prefill_rows(device, prompts)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "attention.json").write_text(json.dumps({"decode": decode, "prefill": prefill}, indent=1))
+    results = Results(out / "attention.json")
+    decode_rows(results, device, batches, context)
+    prefill_rows(results, device, prompts)
     print()
-    print(table(decode))
+    print(table(results.rows["decode"]))
     print()
-    print(prefill_table(prefill))
-    return 0
+    print(prefill_table(results.rows["prefill"]))
+    failed = any(key.endswith("error") for rows in results.rows.values() for row in rows for key in row)
+    return 1 if failed else 0
 
 
 def table(rows: list[dict]) -> str:
@@ -152,9 +196,9 @@ def table(rows: list[dict]) -> str:
     lines = ["| shape | dtype | batch | reference µs | " + " | ".join(f"{n} µs (GB/s)" for n in names)
              + " |", "|---|---|---:|---:|" + "---:|" * len(names)]
     for r in rows:
-        cells = [f"{1000 * r[n + '_ms']:.1f} ({r['kv_mb'] * 2**20 / (r[n + '_ms'] / 1000) / 1e9:.0f})"
-                 for n in names]
-        lines.append(f"| {r['shape']} | {r['dtype']} | {r['batch']} | {1000 * r['reference_ms']:.1f} | "
+        cells = [f"{_us(r[n + '_ms'])} ({r['kv_mb'] * 2**20 / (r[n + '_ms'] / 1000) / 1e9:.0f})"
+                 if n + "_ms" in r else "failed" for n in names]
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['batch']} | {_us(r.get('reference_ms'))} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -163,10 +207,15 @@ def prefill_table(rows: list[dict]) -> str:
     lines = ["| shape | dtype | prompts | tokens | per prompt µs | padded µs | per prompt / padded |",
              "|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
+        ratio = (f"{r['per_prompt_ms'] / r['padded_ms']:.2f}" if "per_prompt_ms" in r and "padded_ms" in r
+                 else "–")
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['prompts']} | {r['tokens']} | "
-                     f"{1000 * r['per_prompt_ms']:.1f} | {1000 * r['padded_ms']:.1f} | "
-                     f"{r['per_prompt_ms'] / r['padded_ms']:.2f} |")
+                     f"{_us(r.get('per_prompt_ms'))} | {_us(r.get('padded_ms'))} | {ratio} |")
     return "\n".join(lines)
+
+
+def _us(ms: float | None) -> str:
+    return "failed" if ms is None else f"{1000 * ms:.1f}"
 
 
 if __name__ == "__main__":

@@ -200,12 +200,22 @@ def bench_engine(results: Results, model, shape: str, dtype_name: str, work: Wor
     need = max(work.batches + work.concurrency) * -(-(work.prompt_len + work.new_tokens + 8) // BLOCK_SIZE)
     num_blocks = (gpu_kv_blocks(args.gpu_memory_fraction, kv_layout(model.config), BLOCK_SIZE, dtype)
                   if device.type == "cuda" else need)
-    graph_batch = max(work.batches + work.concurrency) if device.type == "cuda" else 0
-    t0 = time.perf_counter()
-    runner = ModelRunner(model, num_blocks, BLOCK_SIZE, device, dtype, cuda_graph_max_batch=graph_batch)
     base = dict(model=shape, dtype=dtype_name)
+    graph_batch = max(work.batches + work.concurrency) if device.type == "cuda" else 0
+    for graphs in dict.fromkeys((graph_batch, 0)):  # eager, once more, if a capture fails
+        t0 = time.perf_counter()
+        runner = measure(results, dict(**base, metric="runner_setup_s", cuda_graph_max_batch=graphs),
+                         lambda: ModelRunner(model, num_blocks, BLOCK_SIZE, device, dtype,
+                                             cuda_graph_max_batch=graphs))
+        if runner is not None:
+            break
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    else:
+        return
     results.add(**base, metric="runner_setup_s", value=round(time.perf_counter() - t0, 2),
-                num_blocks=num_blocks, cuda_graph_max_batch=graph_batch,
+                num_blocks=num_blocks, cuda_graph_max_batch=graphs,
                 attention=type(runner.decode_attention).__name__)
     vocab = model.config.vocab_size
     for b in work.batches:
@@ -319,14 +329,16 @@ def main(argv=None) -> int:
     results = Results(out / "bench.json", meta)
     log.info("%s", meta)
     # The engine's figures first, all of them; then transformers' while the deadline allows.
-    phases = [lambda model, shape, dt: bench_engine(results, model, shape, dt, work, args)]
+    phases = {"engine": lambda model, shape, dt: bench_engine(results, model, shape, dt, work, args)}
     if not args.no_transformers:
-        phases.append(lambda model, shape, dt: bench_transformers(results, model, shape, dt, work,
-                                                                  deadline))
-    for phase in phases:
+        phases["transformers"] = lambda model, shape, dt: bench_transformers(results, model, shape, dt,
+                                                                             work, deadline)
+    for name, phase in phases.items():
         for shape in args.models:
             for dtype_name in args.dtypes:
-                phase(build_model(shape, args.tiny, device, getattr(torch, dtype_name)), shape, dtype_name)
+                # a model or dtype that fails outside its figures costs only its own
+                measure(results, dict(model=shape, dtype=dtype_name, metric=name), lambda: phase(
+                    build_model(shape, args.tiny, device, getattr(torch, dtype_name)), shape, dtype_name))
                 gc.collect()
                 if device.type == "cuda":
                     torch.cuda.empty_cache()

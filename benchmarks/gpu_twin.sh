@@ -40,7 +40,8 @@ GPU_WHEELS=${GPU_WHEELS:-out/gpu-wheels}
 GPU_TOKENIZER=${GPU_TOKENIZER:-out/gpu-tokenizer}
 mkdir -p "$OUT"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+copier=
+trap '[ -n "$copier" ] && kill "$copier" 2>/dev/null; rm -rf "$work"' EXIT
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TWINSTEP_CACHE="$work/cache"  # profiles of this run only
 log="$OUT/twin.log"
@@ -68,17 +69,26 @@ model="$work/models/$SHAPE-random"
 twin=(--model "$model" --device "$DEVICE" --dtype "$DTYPE" --max-batch "$MAX_BATCH"
       --num-blocks "$NUM_BLOCKS" --max-waiting "$MAX_WAITING" --trace "$work/trace.jsonl"
       --calibration-time-scale "$CAL_TIME_SCALE" --out "$work/twin")
+# $OUT brings back 8 files at most: the summaries one by one; the trace, the raw
+# records and the servers' logs in one tarball.
+keep() {
+  for f in report.md figures.json profile.json ttft_cdf.png tokens_per_s.png queues.png; do
+    [ -f "$work/twin/$f" ] && cp "$work/twin/$f" "$OUT/"
+  done
+}
 echo "python -m analysis twin ${twin[*]}" | tee -a "$log"
+# Copied as they appear, so a run cut short outside this script (the device
+# session's end) still brings back the profile and whatever else was written.
+( while sleep 15; do keep; done ) &
+copier=$!
 start=$(date +%s)
 PYTHONUNBUFFERED=1 timeout "$TWIN_TIMEOUT_S" "$PYTHON" -m analysis twin "${twin[@]}" >> "$log" 2>&1
 twin_rc=$?
+kill "$copier"
+copier=
 echo "twin: exit $twin_rc after $(( $(date +%s) - start )) s" | tee -a "$log"
 
-# $OUT brings back 8 files at most: the summaries one by one; the trace, the raw
-# records and the servers' logs in one tarball.
-for f in report.md figures.json profile.json ttft_cdf.png tokens_per_s.png queues.png; do
-  [ -f "$work/twin/$f" ] && cp "$work/twin/$f" "$OUT/"
-done
+keep
 [ -d "$work/twin" ] && tar -C "$work" -czf "$OUT/twin-raw.tar.gz" trace.jsonl twin
 grep -E "^(calibrating|fitted|note|live|sim)[ :]" "$log"
 if [ "$twin_rc" != 0 ]; then

@@ -3,8 +3,10 @@ admitted prompts (or their chunks) and decode every running sequence, in one pas
 
 On CUDA the decode attention is the Triton kernel (`attention.decode_attention_for`)
 and, when asked for, decode-only steps replay CUDA graphs (`cuda_graphs`); the
-device time of each step is measured with CUDA events."""
+device time of each step's forward is measured with CUDA events."""
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -44,6 +46,8 @@ class ModelRunner:
         self.cache = PagedKVCache(self.arch.layout, num_blocks + spare, block_size, self.device, dtype)
         self.sampler = Sampler(seed)
         self.last_device_s: float | None = None  # of the last `execute`, on CUDA only
+        self.times_device = self.device.type == "cuda"
+        self._events: tuple[torch.cuda.Event, torch.cuda.Event] | None = None
         self.graphs = None
         if cuda_graph_max_batch:
             from .cuda_graphs import DecodeGraphs
@@ -62,14 +66,16 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> list[int]:
         """One token per sequence, in `plan.prefills + plan.decodes` order."""
-        if self.device.type != "cuda":
+        if not self.times_device:
             return self.sampler.sample(self.forward_logits(plan), plan.sequences)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        self._events = None
         tokens = self.sampler.sample(self.forward_logits(plan), plan.sequences)
-        end.record()
-        end.synchronize()
-        self.last_device_s = start.elapsed_time(end) / 1000
+        if self._events is None:  # nothing to run
+            self.last_device_s = None
+        else:
+            # Sampling's `.tolist()` has waited for the stream, so both events are done.
+            start, end = self._events
+            self.last_device_s = start.elapsed_time(end) / 1000
         return tokens
 
     def forget(self, seq_id: str) -> None:
@@ -141,8 +147,8 @@ class ModelRunner:
                 out.append(self.decode_attention(q[packed:], k_cache, v_cache, context, scale))
             return out[0] if len(out) == 1 else torch.cat(out)
 
-        return self.arch.forward(self._tensor(ids), self._tensor(positions), attend,
-                                 self._tensor(last_rows))
+        ids_t, positions_t, last_rows_t = map(self._tensor, (ids, positions, last_rows))
+        return self._timed(lambda: self.arch.forward(ids_t, positions_t, attend, last_rows_t))
 
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token per sequence (its last, at position num_tokens - 1) attending to
@@ -150,9 +156,21 @@ class ModelRunner:
         runs: from a captured CUDA graph when one holds the batch."""
         ids, positions, slots, tables, lens = self._decode_rows(seqs)
         if self.graphs is not None and self.graphs.fits(tables):
-            return self.graphs.run(ids, positions, slots, tables, lens)
-        return self._decode_forward(self._tensor(ids), self._tensor(positions), self._tensor(slots),
-                                    self.decode_attention.context(tables, lens))
+            return self._timed(lambda: self.graphs.run(ids, positions, slots, tables, lens))
+        inputs = (*map(self._tensor, (ids, positions, slots)), self.decode_attention.context(tables, lens))
+        return self._timed(lambda: self._decode_forward(*inputs))
+
+    def _timed(self, forward: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """`forward()` between two CUDA events: the step's device time is its forward
+        alone, not the GPU idling while the host builds inputs or samples."""
+        if not self.times_device:
+            return forward()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        logits = forward()
+        end.record()
+        self._events = start, end
+        return logits
 
     def _decode_forward(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                         context) -> torch.Tensor:

@@ -9,6 +9,8 @@ fixed buffers. That checks
 the ladder, the padding rows, the spare slot and the buffers' reuse; only a GPU
 checks what capture alone can break (a host sync inside a step) and the device
 time. Nothing here needs simpy, starlette or uvicorn."""
+import re
+
 import pytest
 import torch
 
@@ -91,6 +93,48 @@ def test_the_cpu_takes_the_reference_path():
 def test_cuda_graphs_are_refused_off_cuda():
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device with triton"):
         ModelRunner(tiny_gpt2(), num_blocks=16, block_size=4, cuda_graph_max_batch=4)
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_device_time_spans_the_forward_alone(graphs, fast_device, monkeypatch):
+    """A step's CUDA events bracket its forward or graph replay: the host building
+    the inputs comes before them, sampling (which waits for the GPU) after, and
+    the elapsed time is read only once sampling has waited."""
+    runner = ModelRunner(tiny_llama(), NUM_BLOCKS, 4, fast_device, torch.float32,
+                         cuda_graph_max_batch=GRAPH_BATCH if graphs else 0)
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            log.append("event")
+
+        def elapsed_time(self, end):
+            assert log[-1] == "sample"
+            return 1.5
+
+    def noting(name, call):
+        def noted(*args):
+            log.append(name)
+            return call(*args)
+        return noted
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    runner.times_device = True
+    runner._tensor = noting("input", runner._tensor)
+    runner.arch.forward = noting("forward", runner.arch.forward)
+    runner.sampler.sample = noting("sample", runner.sampler.sample)
+    replays = count_replays(runner) if graphs else []
+    core = Scheduler(SchedulerConfig(num_blocks=NUM_BLOCKS, block_size=4))
+    drive(core, runner, {0: [request("a", prompt(6, 1), 4)], 1: [request("b", prompt(9, 2), 3)]})
+    steps = "".join(log).split("sample")[:-1]
+    # a replay off CUDA runs the step's forward again; on CUDA it is the graph alone
+    inside = "" if CUDA and graphs else "forward"
+    assert steps and all(re.fullmatch(f"(input)*event{inside}event", step) for step in steps)
+    assert not graphs or replays
+    assert runner.last_device_s == 0.0015
 
 
 def test_batch_ladder():
