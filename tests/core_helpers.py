@@ -2,6 +2,8 @@
 that say which sequence and step made them."""
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from scheduler import (FinishEvent, QueueFull, Request, RequestTooLarge, Scheduler,
                        SchedulerConfig, TokenEvent)
 
@@ -40,6 +42,20 @@ def finishes(events):
 
 def tokens_of(events, seq_id):
     return [e.token_id for e in events if isinstance(e, TokenEvent) and e.seq_id == seq_id]
+
+
+def workloads(max_prompt: int, max_new: int, max_stops: int):
+    """Random workloads for `play`: submits of up to `max_prompt` prompt and `max_new`
+    new tokens, wishes on any of 31 request ids, and steps that stop up to
+    `max_stops` of them."""
+    return st.lists(
+        st.one_of(
+            st.tuples(st.just("submit"), st.integers(1, max_prompt), st.integers(1, max_new)),
+            st.tuples(st.sampled_from(["cancel", "pause", "resume"]), st.integers(0, 30)),
+            st.tuples(st.just("step"), st.sets(st.integers(0, 30), max_size=max_stops)),
+        ),
+        max_size=80,
+    )
 
 
 def play(core: Scheduler, ops, do_step) -> list[str]:

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from scheduler import (ADMISSION_POLICIES, FinishEvent, FinishReason, Request, SchedulerConfig,
                        SeqState)
 
-from core_helpers import drain, finishes, make_core, play, step
+from core_helpers import drain, finishes, make_core, play, step, workloads
 
 
 def big_head(core):
@@ -154,18 +154,10 @@ def test_a_cancelled_request_that_was_passed_over_stops_nothing():
     drain(core)
     assert core.is_drained()
 
-workloads = st.lists(
-    st.one_of(
-        st.tuples(st.just("submit"), st.integers(1, 24), st.integers(1, 16)),
-        st.tuples(st.sampled_from(["cancel", "pause", "resume"]), st.integers(0, 30)),
-        st.tuples(st.just("step"), st.sets(st.integers(0, 30), max_size=2)),
-    ),
-    max_size=80,
-)
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=workloads, num_blocks=st.integers(4, 24), block_size=st.integers(1, 8),
+@given(ops=workloads(24, 16, 2), num_blocks=st.integers(4, 24), block_size=st.integers(1, 8),
        max_batch=st.integers(1, 6), bound=st.integers(0, 5),
        policy=st.sampled_from(sorted(ADMISSION_POLICIES)),
        chunk_budget=st.one_of(st.none(), st.integers(1, 16)))

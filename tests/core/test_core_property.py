@@ -3,20 +3,12 @@ from hypothesis import given, settings, strategies as st
 
 from scheduler import ADMISSION_POLICIES, FinishEvent, FinishReason, SeqState
 
-from core_helpers import make_core, play
+from core_helpers import make_core, play, workloads
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("submit"), st.integers(1, 20), st.integers(1, 12)),
-        st.tuples(st.sampled_from(["cancel", "pause", "resume"]), st.integers(0, 30)),
-        st.tuples(st.just("step"), st.sets(st.integers(0, 30), max_size=3)),
-    ),
-    max_size=80,
-)
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=ops, num_blocks=st.integers(4, 24), block_size=st.integers(1, 8),
+@given(ops=workloads(20, 12, 3), num_blocks=st.integers(4, 24), block_size=st.integers(1, 8),
        max_batch=st.integers(1, 6), policy=st.sampled_from(sorted(ADMISSION_POLICIES)),
        chunk_budget=st.one_of(st.none(), st.integers(1, 16)))
 def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, max_batch, policy,
