@@ -8,9 +8,10 @@ from .backlog import (BACKLOG_POLICIES, Backlog, BacklogPolicy, Decision, Drop, 
 from .block_pool import BlockPool, blocks_for
 from .config import SchedulerConfig
 from .core import Scheduler
-from .errors import (DoubleRelease, InvalidRequest, InvariantBroken, QueueFull,
-                     RequestTooLarge, SubmitRefused)
+from .errors import (DoubleRelease, InvalidRequest, InvariantBroken, KeyLimitReached,
+                     QueueFull, RequestTooLarge, SubmitRefused)
 from .events import Event, FinishEvent, TokenEvent
+from .key_quota import KeyHolding, KeyQuota
 from .request import FinishReason, Request, Sequence, SeqState
 from .snapshot import CoreSnapshot
 from .step.plan import PlanFeatures, StepPlan
@@ -20,7 +21,8 @@ __all__ = [
     "BACKLOG_POLICIES", "Backlog", "BacklogPolicy", "Decision", "Drop", "Naive", "Pause",
     "PauseThenDrop", "Unbounded", "make_policy",
     "BlockPool", "blocks_for", "Scheduler", "SchedulerConfig",
-    "DoubleRelease", "InvalidRequest", "InvariantBroken", "QueueFull", "RequestTooLarge",
+    "DoubleRelease", "InvalidRequest", "InvariantBroken", "KeyLimitReached", "QueueFull",
+    "RequestTooLarge", "KeyHolding", "KeyQuota",
     "SubmitRefused", "Event", "FinishEvent", "TokenEvent", "PlanFeatures", "StepPlan",
     "FinishReason", "Request", "Sequence", "SeqState", "CoreSnapshot",
 ]

@@ -29,10 +29,17 @@ class SchedulerConfig:
     admission stops behind it until it fits. 0: strict arrival order, in which one
     request asking for a long output holds back every request behind it, however
     small, while it waits for room."""
+    max_streams_per_key: int | None = None
+    """Requests of one key submitted and not finished, at once; None: no limit."""
+    max_waiting_per_key: int | None = None
+    """Requests of one key not yet admitted, at once; None: no limit."""
 
     def __post_init__(self):
         if self.max_overtakes < 0:
             raise ValueError("max_overtakes must not be negative")
+        for name in ("max_streams_per_key", "max_waiting_per_key"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
         if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
             raise ValueError("max_prefill_tokens must be at least 1")
         if self.chunked_prefill and self.max_prefill_tokens is None:

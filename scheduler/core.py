@@ -12,6 +12,7 @@ from .config import SchedulerConfig
 from .errors import InvalidRequest, InvariantBroken, RequestTooLarge
 from .events import Event, FinishEvent, TokenEvent
 from .inbox import Inbox, Wish
+from .key_quota import KeyQuota
 from .request import FinishReason, Request, Sequence, SeqState
 from .snapshot import CoreSnapshot
 from .step.decode_batch import DecodeBatch
@@ -30,6 +31,8 @@ class Scheduler:
         self.admission = admission or ADMISSION_POLICIES[config.admission]()
         self.pool = BlockPool(config.num_blocks, config.block_size)
         self.inbox = Inbox(config.max_waiting)
+        self.keys = KeyQuota(config.max_streams_per_key, config.max_waiting_per_key)
+        """What each API key holds, for the per-key limits."""
         self._waiting: dict[str, Sequence] = {}
         self._running: dict[str, Sequence] = {}
         self._ids_lock = threading.Lock()
@@ -60,8 +63,16 @@ class Scheduler:
             if request.id in self._live_ids:
                 raise InvalidRequest(f"request id {request.id!r} is already in use")
             self._live_ids.add(request.id)
+        key = request.key
         try:
-            self.inbox.submit(request)
+            if key is not None:
+                self.keys.take(key)
+            try:
+                self.inbox.submit(request)
+            except BaseException:
+                if key is not None:
+                    self.keys.give_back(key, waiting=True)
+                raise
         except BaseException:
             with self._ids_lock:
                 self._live_ids.discard(request.id)
@@ -173,7 +184,8 @@ class Scheduler:
 
     def is_drained(self) -> bool:
         """No request anywhere and every block back in the pool."""
-        return not self.has_work() and self.pool.is_whole() and not self._live_ids
+        return (not self.has_work() and self.pool.is_whole() and not self._live_ids
+                and self.keys.is_empty())
 
     def sequence(self, seq_id: str) -> Sequence | None:
         return self._running.get(seq_id) or self._waiting.get(seq_id)
@@ -238,6 +250,8 @@ class Scheduler:
         for seq in seqs:
             del waiting[seq.id]
             running[seq.id] = seq
+            if seq.request.key is not None and not seq.preemptions:
+                self.keys.admitted(seq.request.key)
             if seq.lost_tokens:
                 seq.recomputed_tokens += seq.lost_tokens
                 self.recomputed_tokens += seq.lost_tokens
@@ -279,6 +293,8 @@ class Scheduler:
             del self._waiting[seq.id]
             self.inbox.set_waiting(len(self._waiting))
             self._prefills.overtaking.queue_changed()
+        if seq.request.key is not None:
+            self.keys.give_back(seq.request.key, waiting=not seq.admitted and not seq.preemptions)
         seq.state = SeqState.FINISHED
         seq.finish_reason = reason
         with self._ids_lock:

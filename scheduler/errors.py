@@ -18,6 +18,17 @@ class QueueFull(SubmitRefused):
     """The waiting queue is at its limit; the caller may retry later."""
 
 
+class KeyLimitReached(SubmitRefused):
+    """The request's key holds as many streams, or waiting requests, as it may; the
+    caller may retry once one of them ends."""
+
+    def __init__(self, key: str, what: str, limit: int):
+        super().__init__(f"the key {key!r} holds {limit} {what} already, its limit")
+        self.key = key
+        self.what = what
+        self.limit = limit
+
+
 class DoubleRelease(RuntimeError):
     """A sequence's blocks were released a second time."""
 

@@ -31,6 +31,8 @@ class Request:
     prompt_len: int
     max_new_tokens: int
     payload: Any = None
+    key: str | None = None
+    """The API key (its name) the request came with, for the per-key limits."""
 
 
 @dataclass(slots=True, eq=False)

@@ -77,6 +77,12 @@ class ServeSettings:
         "max_overtakes", "how many later requests that fit may be admitted ahead of a waiting "
                          "request whose blocks do not fit yet, before nothing overtakes it; "
                          "0: strict arrival order")
+    max_streams_per_key: int | None = _scheduling(
+        "max_streams_per_key", "streams one API key may hold at once, waiting or running "
+                               "(more are answered 429); none: no limit")
+    max_waiting_per_key: int | None = _scheduling(
+        "max_waiting_per_key", "requests of one API key waiting for admission at once (more "
+                               "are answered 429); none: no limit")
     step_log: str | None = _setting(None, "also write every step to this file, as JSON lines")
     step_ring: int = _setting(200_000, "the last steps kept in memory for GET /v1/steps "
                                       "(about 80 MB at this default)")
@@ -164,7 +170,9 @@ class ServeSettings:
                                max_model_len=max_model_len,
                                max_prefill_tokens=self.max_prefill_tokens,
                                chunked_prefill=self.chunked_prefill, admission=self.admission,
-                               max_overtakes=self.max_overtakes)
+                               max_overtakes=self.max_overtakes,
+                               max_streams_per_key=self.max_streams_per_key,
+                               max_waiting_per_key=self.max_waiting_per_key)
 
     def backlog_policy(self) -> BacklogPolicy:
         return make_policy(self.policy, max_queued=self.max_queued,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from scheduler import (FinishEvent, QueueFull, Request, RequestTooLarge, Scheduler,
+from scheduler import (FinishEvent, KeyLimitReached, QueueFull, Request, RequestTooLarge, Scheduler,
                        SchedulerConfig, TokenEvent)
 
 
@@ -59,8 +59,8 @@ def workloads(max_prompt: int, max_new: int, max_stops: int):
 
 
 def play(core: Scheduler, ops, do_step) -> list[str]:
-    """Apply a random workload: `("submit", prompt, new)` submits `r<n>` (a refusal
-    is no request), `("step", stop_at)` calls `do_step(stop_at)`, and `(wish, n)`
+    """Apply a random workload: `("submit", prompt, new)` submits `r<n>` with key
+    `k<n % 3>` (a refusal is no request), `("step", stop_at)` calls `do_step(stop_at)`, and `(wish, n)`
     cancels, pauses or resumes `r<n>`; then resumes every request (nothing may stay
     paused forever) and steps until the core has no work. The ids accepted."""
     accepted = []
@@ -68,9 +68,9 @@ def play(core: Scheduler, ops, do_step) -> list[str]:
     for op in ops:
         if op[0] == "submit":
             try:
-                core.submit(Request(f"r{n}", op[1], op[2]))
+                core.submit(Request(f"r{n}", op[1], op[2], key=f"k{n % 3}"))
                 accepted.append(f"r{n}")
-            except (QueueFull, RequestTooLarge):
+            except (QueueFull, RequestTooLarge, KeyLimitReached):
                 pass
             n += 1
         elif op[0] == "step":

@@ -1,7 +1,9 @@
 """Random interleavings of wishes and steps: the pool stays consistent and whole."""
 from hypothesis import given, settings, strategies as st
 
-from scheduler import ADMISSION_POLICIES, FinishEvent, FinishReason, SeqState
+from collections import Counter
+
+from scheduler import ADMISSION_POLICIES, FinishEvent, FinishReason, KeyHolding, SeqState
 
 from core_helpers import make_core, play, workloads
 
@@ -10,12 +12,15 @@ from core_helpers import make_core, play, workloads
 @settings(max_examples=300, deadline=None)
 @given(ops=workloads(20, 12, 3), num_blocks=st.integers(4, 24), block_size=st.integers(1, 8),
        max_batch=st.integers(1, 6), policy=st.sampled_from(sorted(ADMISSION_POLICIES)),
-       chunk_budget=st.one_of(st.none(), st.integers(1, 16)))
+       chunk_budget=st.one_of(st.none(), st.integers(1, 16)),
+       key_streams=st.one_of(st.none(), st.integers(1, 4)),
+       key_waiting=st.one_of(st.none(), st.integers(1, 3)))
 def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, max_batch, policy,
-                                                  chunk_budget):
+                                                  chunk_budget, key_streams, key_waiting):
     core = make_core(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch,
                      max_waiting=10, admission=ADMISSION_POLICIES[policy](), max_overtakes=0,
-                     max_prefill_tokens=chunk_budget, chunked_prefill=chunk_budget is not None)
+                     max_prefill_tokens=chunk_budget, chunked_prefill=chunk_budget is not None,
+                     max_streams_per_key=key_streams, max_waiting_per_key=key_waiting)
     released = []
     original = core.pool.release
     core.pool.release = lambda seq_id: (released.append(seq_id), original(seq_id))[1]
@@ -47,6 +52,11 @@ def test_random_interleavings_keep_the_pool_whole(ops, num_blocks, block_size, m
         assert all(not s.reserved and not s.block_table for s in core.waiting)
         assert len(core.running) <= max_batch
         assert core.pool.used_blocks <= core.pool.reserved_blocks
+        # each key holds its unfinished requests, and waits for those never admitted
+        streams = Counter(s.request.key for s in core.running + core.waiting)
+        waiting = Counter(s.request.key for s in core.waiting if not s.preemptions)
+        assert core.keys.holding() == {k: KeyHolding(n, waiting[k]) for k, n in streams.items()}
+        assert all(n <= (key_streams or n) for n in streams.values())
 
     accepted = play(core, ops, do_step)
     assert core.is_drained()
