@@ -17,14 +17,17 @@ def add_serve_parser(subparsers) -> None:
 
 
 def run_serve(args) -> int:
+    from .server.access import KeyRing
+
     try:
         settings = ServeSettings(**given(args, ServeSettings))
+        keys = KeyRing.load(settings)
     except ValueError as exc:
         print(f"python -m live serve: {exc}", file=sys.stderr)
         return 2
     from .serve import serve  # the model stack loads to serve, not to refuse or to help
 
-    return serve(settings)
+    return serve(settings, keys)
 
 
 def parser() -> OneLineErrors:

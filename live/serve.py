@@ -9,6 +9,7 @@ import logging
 
 from .engine.engine import Engine
 from scheduler.settings import ServeSettings
+from .server.access import KeyRing
 from .server.app import create_app
 from .server.uvicorn_server import LiveServer
 from .server.validation import ServedModel
@@ -48,7 +49,7 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
                                runner.vocab_size)
 
 
-def serve(settings: ServeSettings) -> int:
+def serve(settings: ServeSettings, keys: KeyRing) -> int:
     engine, served = build_engine(settings)
     config = engine.core.config
     log.info("serving %s on http://%s:%d (device %s, %s; %d KV blocks of %d; batch %d; "
@@ -56,5 +57,6 @@ def serve(settings: ServeSettings) -> int:
              settings.dtype, config.num_blocks, config.block_size, config.max_batch,
              settings.policy)
     log.info("settings %s", json.dumps(settings.as_dict()))
-    LiveServer(create_app(engine, served, settings), settings.host, settings.port).run()
+    log.info("access: %s", keys.describe())
+    LiveServer(create_app(engine, served, settings, keys), settings.host, settings.port).run()
     return 0

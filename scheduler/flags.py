@@ -1,5 +1,6 @@
 """Command-line flags generated from a settings dataclass: each field's type,
-default, choices and help (from its metadata) make one flag, so that every command
+default, choices and help (from its metadata) make one flag (a tuple field, a
+repeatable one), so that every command
 taking a setting shows it alike, and parsed flags or settings go back and forth."""
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def add_flags(group, cls, names: list[str] | None = None, *,
             if f.default:
                 raise TypeError(f"{cls.__name__}.{f.name}: a flag can only turn a setting on")
             options["action"] = "store_true"
+        elif kind is tuple:  # a repeatable flag: argparse appends to a list of its own
+            options["action"] = "append"
+            options["default"] = argparse.SUPPRESS
         else:
             options["type"] = kind
             if "choices" in f.metadata:
@@ -55,7 +59,12 @@ def as_argv(settings, names: list[str] | None = None) -> list[str]:
         value = getattr(settings, f.name)
         if (names is not None and f.name not in names) or value == f.default:
             continue
-        argv += [flag(f.name)] if value is True else [flag(f.name), str(value)]
+        if value is True:
+            argv.append(flag(f.name))
+        elif isinstance(value, tuple):
+            argv += [part for each in value for part in (flag(f.name), each)]
+        else:
+            argv += [flag(f.name), str(value)]
     return argv
 
 
@@ -64,10 +73,10 @@ def flag(name: str) -> str:
 
 
 def _plain(hint) -> type:
-    """`int` for `int | None`."""
+    """`int` for `int | None`, `tuple` for `tuple[str, ...]`."""
     if isinstance(hint, types.UnionType):
         (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-    return hint
+    return typing.get_origin(hint) or hint
 
 
 def _shown(default) -> str:
@@ -75,4 +84,6 @@ def _shown(default) -> str:
         return "none"
     if isinstance(default, bool):
         return "on" if default else "off"
+    if isinstance(default, tuple):
+        return ", ".join(default) or "none"
     return str(default)

@@ -24,10 +24,11 @@ GPU_MEMORY_FRACTION = 0.9
 _CORE_DEFAULTS = {f.name: f.default for f in fields(SchedulerConfig)}
 
 
-def _setting(default, help: str, scope: str = SERVER, choices: list[str] | None = None):
+def _setting(default, help: str, scope: str = SERVER, choices: list[str] | None = None,
+             secret: bool = False):
     """A field of serve settings: its default, its help, the commands that take it
-    (`scope`) and the values it may take."""
-    metadata = {"help": help, "scope": scope}
+    (`scope`), the values it may take, and whether it is a `secret` (never shown)."""
+    metadata = {"help": help, "scope": scope, "secret": secret}
     if choices is not None:
         metadata["choices"] = choices
     return field(default=default, metadata=metadata)
@@ -126,12 +127,23 @@ class ServeSettings:
                                           "before a 408")
     header_timeout_s: float = _setting(10.0, "how long a request's headers may take to arrive "
                                             "before the connection is closed")
+    api_key: tuple[str, ...] = _setting(
+        (), "a key clients must send (Authorization: Bearer, or x-api-key), as KEY or "
+            "NAME:KEY; repeat for more keys; the name labels the key's streams, limits and "
+            "metrics (unnamed keys are key-1, key-2, ... in order)", secret=True)
+    api_keys_file: str | None = _setting(
+        None, "a file of keys, one KEY or NAME:KEY a line ('#' starts a comment)")
+    admin_key: str | None = _setting(
+        None, "the key /stats, /metrics, /v1/engine, /v1/steps and /v1/requests need; with "
+              "client keys and no admin key those are closed", secret=True)
     max_connections: int = _setting(1024, "open connections before more are answered 503")
     retry_after_s: int = _setting(1, "the Retry-After of a refusal for a full waiting queue")
     shutdown_timeout_s: float = _setting(10.0, "how long shutdown waits for open streams to be "
                                               "written and the engine to let go")
 
     def __post_init__(self):
+        # a list (from flags, from JSON) is kept as the tuple a frozen field holds
+        object.__setattr__(self, "api_key", tuple(self.api_key))
         at_least_one = ["max_batch", "block_size", "max_waiting", "replay_events",
                         "ended_streams", "max_body_bytes", "default_max_tokens", "kv_cache_mb",
                         "max_stop_strings", "max_stop_chars", "max_connections",
@@ -189,7 +201,13 @@ class ServeSettings:
         return self.gpu_memory_fraction or GPU_MEMORY_FRACTION
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Every setting, a secret one as how many values it has, never its value."""
+        shown = asdict(self)
+        for f in fields(self):
+            if f.metadata["secret"] and shown[f.name]:
+                value = shown[f.name]
+                shown[f.name] = f"<{len(value)} hidden>" if isinstance(value, tuple) else "<hidden>"
+        return shown
 
 
 def scoped(*scopes: str) -> list[str]:

@@ -25,6 +25,7 @@ from .progress import ReplayBar, SweepBar, wanted
 from .replay import replay
 from .settings import DEFAULT_POOL, SimSettings, build_setup, replay_settings
 from .sweep import format_sweep, parse_param, sweep, write_sweep
+from .summary import format_refusals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +52,8 @@ def _replay(args) -> int:
     else:
         result = replay(trace, setup)
     print(format_summary(result.summary))
+    if result.refusals:
+        print(format_refusals(result.refusals))
     print(f"{len(trace)} requests, {result.steps} steps, {result.wall_s:.2f} s wall")
     if args.out:
         from traces.outcome import write_outcomes

@@ -16,7 +16,7 @@ from .serving.client import SimClient
 from .serving.engine import SimEngine
 from .serving.hub import Hub
 from .settings import ReplaySetup
-from .summary import summarize_replay
+from .summary import refusals_by_reason, summarize_replay
 from .timeseries import TimeSeries
 
 
@@ -31,6 +31,8 @@ class Replay:
     events_discarded: int
     """Events made for streams the server had already closed."""
     wall_s: float
+    refusals: dict[str, int]
+    """Requests refused before their stream began, by `Refusal` value."""
 
 
 class ReplayNotDrained(RuntimeError):
@@ -82,7 +84,7 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
     summary = summarize_replay(outcomes, series, preemptions=core.preemptions,
                                recomputed_tokens=core.recomputed_tokens)
     return Replay(outcomes, series, summary, core.snapshot().step, hub.events_discarded,
-                  time.perf_counter() - started)
+                  time.perf_counter() - started, refusals_by_reason(outcomes))
 
 
 def _arrivals(env: simpy.Environment, clients: list[SimClient]):

@@ -1,9 +1,12 @@
 """The summary of a replay with what only the engine knows: its own count of the
 tokens it made and its peaks, taken from its time series. The live side's series,
-read back from its step log, goes through the same function."""
+read back from its step log, goes through the same function. Beside it, the
+refusals by reason: a what-if on limits asks which limit refused what."""
 from __future__ import annotations
 
-from traces.outcome import RequestOutcome
+from collections import Counter
+
+from traces.outcome import Refusal, RequestOutcome
 from traces.summary import Summary, summarize
 
 from .timeseries import TimeSeries
@@ -17,3 +20,15 @@ def summarize_replay(outcomes: list[RequestOutcome], series: TimeSeries, *,
                      peak_paused=series.peak("paused"),
                      peak_blocks_reserved=series.peak("blocks_reserved"),
                      preemptions=preemptions, recomputed_tokens=recomputed_tokens)
+
+
+def refusals_by_reason(outcomes: list[RequestOutcome]) -> dict[str, int]:
+    """How many requests each `Refusal` turned away, in the enum's order; reasons
+    that refused none are left out."""
+    counts = Counter(o.refused for o in outcomes if o.refused is not None)
+    return {reason.value: counts[reason.value] for reason in Refusal if counts[reason.value]}
+
+
+def format_refusals(counts: dict[str, int]) -> str:
+    """One line a reason, in the columns of `format_summary`."""
+    return "\n".join(f"{'refused ' + reason:<22} {n:>14}" for reason, n in counts.items())

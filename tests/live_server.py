@@ -358,14 +358,15 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.01, what: str
         time.sleep(interval)
 
 
-def stats(base_url: str) -> dict:
-    return httpx.get(f"{base_url}/stats").json()
+def stats(base_url: str, headers: dict | None = None) -> dict:
+    """/stats (`headers`: the admin key's, on a server with keys)."""
+    return httpx.get(f"{base_url}/stats", headers=headers).json()
 
 
-def wait_idle(base_url: str) -> dict:
+def wait_idle(base_url: str, headers: dict | None = None) -> dict:
     """/stats once nothing runs, waits, or holds a block."""
     def idle():
-        s = stats(base_url)
+        s = stats(base_url, headers)
         busy = s["running"] or s["waiting"] or s["paused"] or s["blocks_reserved"] or s["inbox"]
         return None if busy else s
     return wait_for(idle, what="the engine to hold nothing")

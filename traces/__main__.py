@@ -3,6 +3,8 @@
     python -m traces generate --rate 2 --count 40 --prompt-len uniform:8:400 \\
         --output-len uniform:8:64 --seed 1 -o calibration.jsonl
     python -m traces convert AzureLLMInferenceTrace_conv.csv --limit 200 -o azure.jsonl
+    python -m traces convert AzureLLMInferenceTrace_conv.csv --keys 100 --key-skew 1.2 \\
+        -o keyed.jsonl
     python -m traces stats calibration.jsonl
 
 A mistake in the arguments or the input file is reported in one line, with a
@@ -20,8 +22,27 @@ from .lengths import SPECS, parse_lengths
 from .load import load_trace
 from .load_options import add_load_options, load_options
 from .record import LeaveHow
-from .shaping import shape
+from .shaping import assign_keys, shape
 from .stats import format_stats, trace_stats
+
+
+def _add_key_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keys", type=int, metavar="N", help="give each request one of N API keys, "
+                   "key-0 to key-<N-1>, drawn Zipf-like (seeded by --seed): a few heavy users")
+    p.add_argument("--key-skew", type=float, metavar="S",
+                   help="with --keys: key-i's weight is 1/(i+1)^S; 0 spreads them evenly "
+                        "(default 1.0)")
+
+
+def _keyed(requests: list, args: argparse.Namespace) -> list:
+    """The requests with keys, if --keys asks for them."""
+    if args.keys is None:
+        if args.key_skew is not None:
+            raise ValueError("--key-skew applies only with --keys")
+        return requests
+    skew = 1.0 if args.key_skew is None else args.key_skew
+    return assign_keys(requests, args.keys, skew, args.seed or 0)
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m traces", description="Make, convert and "
@@ -46,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--leave-how", choices=[h.value for h in LeaveHow], help="fin (default) or rst")
     gen.add_argument("--max-prompt-tokens", type=int, help="clamp prompt lengths to this")
     gen.add_argument("--max-new-tokens", type=int, help="clamp output lengths to this")
+    _add_key_options(gen)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("-o", "--output", required=True, help="the JSONL file to write")
 
@@ -53,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("input")
     convert.add_argument("-o", "--output", required=True, help="the JSONL file to write")
     add_load_options(convert)
+    _add_key_options(convert)
 
     stats = commands.add_parser("stats", help="a summary table of a trace in any format")
     stats.add_argument("input")
@@ -75,12 +98,13 @@ def _generate(args: argparse.Namespace) -> None:
                         clients=clients, seed=args.seed)
     requests = shape(requests, max_prompt_tokens=args.max_prompt_tokens,
                      max_new_tokens=args.max_new_tokens)
+    requests = _keyed(requests, args)
     write_trace(args.output, requests)
     print(f"wrote {len(requests)} requests to {args.output}")
 
 
 def _convert(args: argparse.Namespace) -> None:
-    requests = load_trace(args.input, **load_options(args))
+    requests = _keyed(load_trace(args.input, **load_options(args)), args)
     write_trace(args.output, requests)
     print(f"wrote {len(requests)} requests to {args.output}")
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .errors import TraceError, shown
 from .record import MAX_COUNT, Client, LeaveHow, ReadMode, TraceRequest
+from .names import KEY_NAME
 
 
 class FieldError(Exception):
@@ -47,6 +48,10 @@ _FRACTION: _Kind = ("a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1
 _BOOL: _Kind = ("true or false", lambda v: isinstance(v, bool), bool)
 _TEXT: _Kind = ("a string or null", lambda v: v is None or isinstance(v, str), lambda v: v)
 _INT_OR_NULL: _Kind = ("an integer or null", lambda v: v is None or _is_int(v), lambda v: v)
+_KEY_OR_NULL: _Kind = (
+    "a key name (1 to 64 letters, digits, '.', '_' or '-') or null",
+    lambda v: v is None or (isinstance(v, str) and KEY_NAME.fullmatch(v) is not None),
+    lambda v: v)
 _COUNT_OR_NULL: _Kind = (
     "a non-negative integer or null", lambda v: v is None or _COUNT[1](v), lambda v: v)
 _SECONDS_OR_NULL: _Kind = (
@@ -72,6 +77,7 @@ _REQUEST_KINDS: dict[str, _Kind] = {
     "top_k": _COUNT,
     "seed": _INT_OR_NULL,
     "ignore_eos": _BOOL,
+    "key": _KEY_OR_NULL,
 }
 _CLIENT_KINDS: dict[str, _Kind] = {
     "read": _one_of(ReadMode),

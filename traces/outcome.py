@@ -15,10 +15,12 @@ class Refusal(StrEnum):
 
     QUEUE_FULL = "queue_full"
     """429: the waiting queue is full."""
+    KEY_LIMIT = "key_limit"
+    """429: the request's key holds as many streams or waiting requests as its limit allows."""
     TOO_LARGE = "too_large"
     """422: longer than the model's context or the block pool."""
     INVALID = "invalid"
-    """400, 404, 409, 413: the request itself is wrong."""
+    """400, 401, 403, 404, 409, 413: the request itself is wrong (its key too)."""
     UNAVAILABLE = "unavailable"
     """503: the server is shutting down or its engine has stopped."""
     SERVER_ERROR = "server_error"

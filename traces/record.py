@@ -49,7 +49,9 @@ class Client:
 class TraceRequest:
     """`prompt` is text, or None when only `prompt_tokens` (a count) is known; a
     driver then makes a prompt of that many tokens. Public traces give the output
-    length, so replays set `ignore_eos` and make exactly `max_new_tokens`."""
+    length, so replays set `ignore_eos` and make exactly `max_new_tokens`. `key`:
+    the name (never the secret) of the API key the request comes with, which the
+    per-key limits count (see `request_id.KEY_NAME`); None: it comes without one."""
 
     id: str
     arrival_s: float
@@ -62,3 +64,4 @@ class TraceRequest:
     seed: int | None = None
     ignore_eos: bool = True
     client: Client = field(default_factory=Client)
+    key: str | None = None

@@ -1,6 +1,8 @@
 """Cut a trace down to what a replay needs: a time window, a sample, the first N,
 faster or slower arrivals, and lengths a small model can serve. Every loader takes
-these options; they apply to any list of requests, native traces included."""
+these options; they apply to any list of requests, native traces included. Public
+traces name no client, so `assign_keys` gives their requests API keys with a few
+heavy users, for what-ifs on per-key limits."""
 from __future__ import annotations
 
 import dataclasses
@@ -75,3 +77,24 @@ def shape(
             max_new_tokens=min(r.max_new_tokens, max_new_tokens or r.max_new_tokens),
         ) for r in kept]
     return kept
+
+
+_KEY_STREAM = 1
+"""Keys are drawn from their own stream of the seed, apart from what else the same
+seed draws (a generated trace's arrivals and lengths, a sample)."""
+
+
+def assign_keys(requests: list[TraceRequest], keys: int, skew: float = 1.0,
+                seed: int = 0) -> list[TraceRequest]:
+    """Each request gets the key `key-<i>`, i in [0, keys) drawn at random (seeded)
+    with weight 1 / (i + 1) ** skew: Zipf-like, so key-0 sends the most and a few
+    keys carry most requests when skew is about 1 or more; skew 0 spreads them
+    evenly. What else a request holds is kept."""
+    if keys < 1:
+        raise TraceError(f"keys must be a positive number of keys, got {keys}")
+    if not 0 <= skew < float("inf"):
+        raise TraceError(f"key skew must be a number >= 0, got {skew}")
+    weights = 1.0 / np.arange(1, keys + 1) ** skew
+    rng = np.random.default_rng([seed, _KEY_STREAM])
+    drawn = rng.choice(keys, size=len(requests), p=weights / weights.sum())
+    return [dataclasses.replace(r, key=f"key-{i}") for r, i in zip(requests, drawn)]

@@ -100,7 +100,9 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
                        max_connections: int | None = None,
                        prompt_filler: Callable[[TraceRequest], list[int]] = PromptFiller(),
                        timeout_s: float = 60.0, recv_buffer_bytes: int | None = None,
-                       settle_s: float = 5.0, request_id_prefix: str | None = None) -> LiveReplay:
+                       settle_s: float = 5.0, request_id_prefix: str | None = None,
+                       keys: dict[str, str] | None = None, api_key: str | None = None,
+                       admin_key: str | None = None) -> LiveReplay:
     """Replays `requests` against the server at `base_url` (`POST /v1/stream`).
 
     time_scale: arrival times are multiplied by it (0.5 replays twice as fast);
@@ -116,18 +118,24 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
     request_id_prefix: name each stream `<prefix><trace id>` (`X-Request-Id`), so
       that the server's records of them (`GET /v1/requests`) can be found; a trace
       id that would not make a valid request id is left to the server to name.
+    keys: the secret of each key name the trace's requests carry (every name must
+      have one); api_key: the secret sent with requests that carry none;
+      admin_key: sent to read /stats on a server with keys.
     """
     if not time_scale > 0:
         raise ValueError(f"time_scale must be positive, got {time_scale}")
+    credentials = _credentials(requests, keys or {}, api_key)
     target = await resolve(base_url)
     # trust_env off: a proxy set in the environment must not come between the
     # replay and the server it measures.
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False) as http:
+    admin = {"Authorization": f"Bearer {admin_key}"} if admin_key else None
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False,
+                                 headers=admin) as http:
         stats_before = await _stats(http)
         setup = ReplaySetup(target, time_scale=time_scale, max_connections=max_connections,
                             prompt_filler=prompt_filler, timeout_s=timeout_s,
                             recv_buffer_bytes=recv_buffer_bytes,
-                            request_id_prefix=request_id_prefix)
+                            request_id_prefix=request_id_prefix, credentials=credentials)
         replayed = await _send_all(setup, requests)
         duration_s = setup.now()
         # Every stream the server accepted ends in its engine, however its client left.
@@ -150,6 +158,21 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
         outcomes=[r.outcome for r in replayed], started_unix=setup.wall_start,
         duration_s=duration_s, stats_before=stats_before, stats_after=stats_after,
         wasted_tokens_total=wasted, max_lag_s=max(lags, default=0.0), problems=problems)
+
+
+def _credentials(requests: list[TraceRequest], keys: dict[str, str],
+                 api_key: str | None) -> dict[str | None, str]:
+    """Each key name's secret, checked before anything is sent: a trace naming a
+    key the replay has no secret for is refused whole."""
+    missing = sorted({r.key for r in requests if r.key is not None} - set(keys))
+    if missing:
+        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        raise ValueError(f"the trace names keys with no secret given: {shown} "
+                         f"(give them in an api keys file)")
+    credentials: dict[str | None, str] = dict(keys)
+    if api_key is not None:
+        credentials[None] = api_key
+    return credentials
 
 
 def replay(base_url: str, requests: list[TraceRequest], **options) -> LiveReplay:
@@ -199,6 +222,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--request-id-prefix", metavar="P",
                    help="name each stream P<trace id> (X-Request-Id), to find the server's "
                         "record of it at GET /v1/requests")
+    p.add_argument("--api-keys-file", metavar="F",
+                   help="the secret of each key name the trace's requests carry, as the "
+                        "server reads them (NAME:KEY a line)")
+    p.add_argument("--api-key", metavar="KEY", help="sent with requests that name no key")
+    p.add_argument("--admin-key", metavar="KEY", help="sent to read /stats")
     p.set_defaults(func=run_replay_command)
 
 
@@ -206,10 +234,14 @@ def run_replay_command(args) -> int:
     from traces import load_trace
     from traces.outcome import write_outcomes
 
+    from traces.names import named_keys, read_key_file
+
     requests = load_trace(args.trace)
+    keys = named_keys(read_key_file(args.api_keys_file)) if args.api_keys_file else None
     result = replay(args.url, requests, time_scale=args.time_scale,
                     max_connections=args.max_connections, timeout_s=args.timeout_s,
-                    request_id_prefix=args.request_id_prefix)
+                    request_id_prefix=args.request_id_prefix, keys=keys,
+                    api_key=args.api_key, admin_key=args.admin_key)
     if args.out:
         write_outcomes(args.out, result.outcomes)
     print(format_replay(result))

@@ -90,12 +90,13 @@ class Connection:
         return cls(sock, target, bytes_per_s, idle_timeout_s)
 
     async def post_json(self, path: str, body: bytes, *, accept: str,
-                        request_id: str | None = None) -> None:
+                        request_id: str | None = None, api_key: str | None = None) -> None:
         """Send one `POST` of a JSON body; the server closes the connection after it."""
         head = (f"POST {self._target.path_prefix}{path} HTTP/1.1\r\n"
                 f"Host: {self._target.host_header}\r\n"
                 "User-Agent: twinstep-loadgen\r\n"
                 + (f"X-Request-Id: {request_id}\r\n" if request_id else "")
+                + (f"Authorization: Bearer {api_key}\r\n" if api_key else "")
                 + f"Accept: {accept}\r\n"
                 "Content-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n"

@@ -13,7 +13,7 @@ from typing import Callable
 
 from traces.outcome import Refusal, RequestOutcome
 from traces.record import ReadMode, TraceRequest
-from traces.request_id import REQUEST_ID
+from traces.names import REQUEST_ID
 
 from .raw_http import PROTOCOL_FAILURES, Connection, IdleTimeout, Response, Target
 from .refusal import refusal_for, refusal_message
@@ -32,8 +32,12 @@ class ReplaySetup:
 
     def __init__(self, target: Target, *, time_scale: float, max_connections: int | None,
                  prompt_filler: Callable[[TraceRequest], list[int]], timeout_s: float,
-                 recv_buffer_bytes: int | None, request_id_prefix: str | None):
+                 recv_buffer_bytes: int | None, request_id_prefix: str | None,
+                 credentials: dict[str | None, str]):
         self.target = target
+        self.credentials = credentials
+        """The secret each trace key name stands for; under None, the one sent for a
+        request without a key name (none: sent without a key)."""
         self.request_id_prefix = request_id_prefix
         self.time_scale = time_scale
         self.connection_slots = (asyncio.Semaphore(max_connections) if max_connections
@@ -54,6 +58,9 @@ class ReplaySetup:
             return None
         name = self.request_id_prefix + request.id
         return name if REQUEST_ID.fullmatch(name) else None
+
+    def secret(self, request: TraceRequest) -> str | None:
+        return self.credentials.get(request.key)
 
     def from_unix(self, t: float | None) -> float | None:
         return None if t is None else t - self.wall_start
@@ -126,12 +133,14 @@ class ReplayedRequest:
     async def _exchange(self, connection: Connection, response: Response) -> _Ending:
         body = json.dumps(request_body(self.request, self.setup.prompt_filler)).encode()
         await connection.post_json(STREAM_PATH, body, accept="text/event-stream",
-                                   request_id=self.server_id)
+                                   request_id=self.server_id,
+                                   api_key=self.setup.secret(self.request))
         await response.read_head()
         self.outcome.headers_s = self.setup.now()
         if response.status != 200:
-            self.outcome.refused = refusal_for(response.status)
-            self.problem = refusal_message(response.status, await response.read_all())
+            answer = await response.read_all()
+            self.outcome.refused = refusal_for(response.status, answer)
+            self.problem = refusal_message(response.status, answer)
             return _Ending.REFUSED
         if self.request.client.leave_after_tokens == 0:
             return _Ending.LEAVE

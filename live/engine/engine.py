@@ -53,10 +53,10 @@ class Engine:
         a wish can."""
 
     def submit(self, seq_id: str, prompt_ids: list[int], max_new_tokens: int,
-               sampling: SamplingParams = SamplingParams()) -> None:
-        """Queue a request, or raise a `SubmitRefused` before anything is held."""
+               sampling: SamplingParams = SamplingParams(), key: str | None = None) -> None:
+        """Queue a request of `key`, or raise a `SubmitRefused` before anything is held."""
         payload = GenerationInput(tuple(prompt_ids), sampling)
-        self.core.submit(Request(seq_id, len(prompt_ids), max_new_tokens, payload))
+        self.core.submit(Request(seq_id, len(prompt_ids), max_new_tokens, payload, key))
 
     def cancel(self, seq_id: str, reason: FinishReason = FinishReason.CANCELLED) -> None:
         self.core.cancel(seq_id, reason)

@@ -6,7 +6,7 @@ Routes:
     POST /v1/completions, /v1/chat/completions  OpenAI-compatible
     GET  /v1/models, /v1/models/{model}
     POST /v1/messages                           Anthropic-compatible
-    GET  /health, /stats, /metrics
+    GET  /health, /stats, /metrics              (with keys: /health open, the rest admin)
     GET  /v1/engine, /v1/steps                  what a simulator needs to mirror this server
     GET  /v1/requests                           what the engine did for each finished request"""
 from __future__ import annotations
@@ -15,34 +15,34 @@ import contextlib
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 
 from ..engine.engine import Engine
 from scheduler.settings import ServeSettings
-from . import routes_generate, routes_ops, wire_anthropic, wire_openai, wire_stream
-from .replies import refuse, service_of
+from . import routes_generate, routes_ops
+from .access import AccessGuard, KeyRing
+from .replies import envelope_for, refuse, service_of
 from .service import LiveService
 from .validation import ErrorKind, RequestError, ServedModel
-
-OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
 
 
 async def no_route(request: Request, exc: HTTPException):
     """A path or a method no route serves, as a JSON error in the envelope of the
     API the path belongs to."""
     path = request.url.path
-    envelope = (wire_anthropic.error_body if path.startswith("/v1/messages")
-                else wire_openai.error_body if path.startswith(OPENAI_PATHS)
-                else wire_stream.error_body)
     kind = ErrorKind.NOT_ALLOWED if exc.status_code == 405 else ErrorKind.NOT_FOUND
     error = RequestError(kind, f"{request.method} {path}: {exc.detail.lower()}")
-    response = refuse(service_of(request), error, envelope)
+    response = refuse(service_of(request), error, envelope_for(path))
     response.headers.update(exc.headers or {})
     return response
 
 
-def create_app(engine: Engine, served: ServedModel, settings: ServeSettings) -> Starlette:
-    service = LiveService(engine, served, settings)
+def create_app(engine: Engine, served: ServedModel, settings: ServeSettings,
+               keys: KeyRing | None = None) -> Starlette:
+    """`keys`: those the settings give, if not already loaded."""
+    keys = keys or KeyRing.load(settings)
+    service = LiveService(engine, served, settings, keys.names)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -53,7 +53,8 @@ def create_app(engine: Engine, served: ServedModel, settings: ServeSettings) -> 
             await service.stop()
 
     app = Starlette(routes=routes_generate.ROUTES + routes_ops.ROUTES, lifespan=lifespan,
-                    exception_handlers={HTTPException: no_route})
+                    exception_handlers={HTTPException: no_route},
+                    middleware=[Middleware(AccessGuard, keys=keys)])
     app.router.redirect_slashes = False  # a redirect to a route of another method helps no one
     app.state.service = service
     return app

@@ -9,10 +9,22 @@ from starlette.responses import JSONResponse
 
 from ..streams.events import Done
 from ..streams.stream import Reader
+from . import wire_anthropic, wire_openai, wire_stream
 from .collected import CollectedResponse
 from .service import LiveService
 from .sse import EventStreamResponse
 from .validation import GenerationRequest, RequestError
+
+
+OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
+
+
+def envelope_for(path: str) -> Callable[[RequestError], dict]:
+    """The error envelope of the API a path belongs to (the project's own for the
+    rest)."""
+    if path.startswith("/v1/messages"):
+        return wire_anthropic.error_body
+    return wire_openai.error_body if path.startswith(OPENAI_PATHS) else wire_stream.error_body
 
 
 def service_of(request: Request) -> LiveService:

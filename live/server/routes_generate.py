@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from ..streams.stream import EventGone, ReadersFull, StreamOver, UnknownStream
 from . import wire_anthropic, wire_openai, wire_stream
+from .access import KEY
 from .replies import answer, event_stream, refuse, service_of
 from .service import LiveService
 from .validation import ErrorKind, RequestError, read_json, request_id
@@ -28,13 +29,18 @@ async def _read(request: Request, service: LiveService, parse: Callable):
     return await run_in_threadpool(parse, body, service.served, settings)
 
 
+def key_of(request: Request) -> str | None:
+    """The name of the client key the guard accepted (None on an open server)."""
+    return request.scope["state"].get(KEY)
+
+
 # -- the project's own stream --------------------------------------------------
 
 async def post_stream(request: Request):
     service = service_of(request)
     try:
         generation = await _read(request, service, wire_stream.parse)
-        stream, reader = service.submit(generation, request_id(request))
+        stream, reader = service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_stream.error_body)
     return event_stream(service, reader, wire_stream.StreamRenderer(stream.id), stream.id)
@@ -46,7 +52,7 @@ async def get_stream(request: Request):
     stream_id = request.path_params["stream_id"]
     try:
         after = wire_stream.last_event_seq(request.headers.get("last-event-id"), stream_id)
-        reader = service.hub.follow(stream_id, after)
+        reader = service.hub.follow(stream_id, after, key_of(request))
     except UnknownStream:
         error = RequestError(ErrorKind.NOT_FOUND, f"no stream {stream_id!r} (unknown, or "
                                                   "finished long enough ago to be forgotten)")
@@ -82,7 +88,7 @@ async def _openai(request: Request, chat: bool):
     try:
         generation = await _read(request, service, wire_openai.parse_chat if chat
                                  else wire_openai.parse_completion)
-        stream, reader = service.submit(generation, request_id(request))
+        stream, reader = service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_openai.error_body)
     response_id = f"{'chatcmpl' if chat else 'cmpl'}-{stream.id}"
@@ -115,7 +121,7 @@ async def post_messages(request: Request):
     service = service_of(request)
     try:
         generation, stops = await _read(request, service, wire_anthropic.parse_messages)
-        stream, reader = service.submit(generation, request_id(request))
+        stream, reader = service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_anthropic.error_body)
     message_id = f"msg_{stream.id}"

@@ -37,7 +37,9 @@ async def stats(request: Request):
 
 async def metrics(request: Request):
     service = service_of(request)
-    body = service.metrics.exposition(service.hub.snapshot, service.engine.core.config.num_blocks)
+    core = service.engine.core
+    body = service.metrics.exposition(service.hub.snapshot, core.config.num_blocks,
+                                      core.keys.holding())
     return Response(body, media_type=CONTENT_TYPE)
 
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 
-from scheduler import QueueFull, RequestTooLarge, SubmitRefused
+from scheduler import KeyLimitReached, QueueFull, RequestTooLarge, SubmitRefused
 
 from ..engine.engine import Engine
 from ..engine.step_loop import StepLoop
@@ -23,11 +23,13 @@ class LiveService:
     """Everything behind the routes: the engine and its step loop, the hub, the
     metrics, and the shutdown that ends them in order."""
 
-    def __init__(self, engine: Engine, served: ServedModel, settings: ServeSettings):
+    def __init__(self, engine: Engine, served: ServedModel, settings: ServeSettings,
+                 key_names: list[str]):
+        """`key_names`: the client keys' names, which label their metrics."""
         self.engine = engine
         self.served = served
         self.settings = settings
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(key_names)
         self.hub = Hub(engine, settings, self.metrics)
         self.step_loop = StepLoop(engine, self.hub.deliver, self.hub.before_step,
                                   self.hub.after_step, self.hub.halt)
@@ -39,9 +41,10 @@ class LiveService:
         self.hub.bind(self._loop)
         self.step_loop.start()
 
-    def submit(self, request: GenerationRequest, stream_id: str | None = None) -> tuple[Stream, Reader]:
-        """A stream for an accepted request, named `stream_id` if the client chose
-        one, or the refusal."""
+    def submit(self, request: GenerationRequest, stream_id: str | None,
+               key: str | None) -> tuple[Stream, Reader]:
+        """A stream for a request of `key` (a client key's name, None on an open
+        server), named `stream_id` if the client chose one, or the refusal."""
         if self.hub.shutting_down:
             raise RequestError(ErrorKind.UNAVAILABLE, "the server is shutting down",
                                retry_after_s=self.settings.retry_after_s)
@@ -51,14 +54,14 @@ class LiveService:
                                                       "(see the server log)",
                                retry_after_s=self.settings.retry_after_s)
         try:
-            stream, reader = self.hub.open(len(request.prompt_ids), stream_id)
+            stream, reader = self.hub.open(len(request.prompt_ids), stream_id, key)
         except StreamExists:
             raise RequestError(ErrorKind.CONFLICT, f"a stream named {stream_id!r} is open or was "
                                                    f"recently: choose another X-Request-Id",
                                "X-Request-Id") from None
         try:
-            self.engine.submit(stream.id, request.prompt_ids, request.max_new_tokens,
-                               request.sampling)
+            self.engine.submit(stream.seq_id, request.prompt_ids, request.max_new_tokens,
+                               request.sampling, key)
         except SubmitRefused as exc:
             self.hub.discard(stream)
             raise self._refusal(exc) from None
@@ -67,6 +70,10 @@ class LiveService:
     def _refusal(self, exc: SubmitRefused) -> RequestError:
         if isinstance(exc, QueueFull):
             return RequestError(ErrorKind.QUEUE_FULL, str(exc),
+                                retry_after_s=self.settings.retry_after_s)
+        if isinstance(exc, KeyLimitReached):
+            self.metrics.key_refused(exc.key, exc.what)
+            return RequestError(ErrorKind.KEY_LIMIT, str(exc),
                                 retry_after_s=self.settings.retry_after_s)
         kind = ErrorKind.TOO_LONG if isinstance(exc, RequestTooLarge) else ErrorKind.INVALID
         return RequestError(kind, str(exc))

@@ -17,7 +17,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from scheduler import FinishReason
 from scheduler.settings import ServeSettings
-from traces.request_id import REQUEST_ID
+from traces.names import REQUEST_ID
 
 from ..runner.params import SEED_MAX, SEED_MIN, SamplingParams
 
@@ -27,21 +27,24 @@ _MISSING = object()
 class ErrorKind(enum.Enum):
     """What went wrong, and the HTTP status each API answers it with."""
 
-    INVALID = 400
-    NOT_FOUND = 404
-    NOT_ALLOWED = 405
-    TIMEOUT = 408
-    CONFLICT = 409
-    GONE = 410
-    TOO_LARGE = 413
-    TOO_LONG = 422
-    QUEUE_FULL = 429
-    ENGINE = 500
-    UNAVAILABLE = 503
+    INVALID = (400, "invalid")
+    UNAUTHORIZED = (401, "unauthorized")
+    FORBIDDEN = (403, "forbidden")
+    NOT_FOUND = (404, "not_found")
+    NOT_ALLOWED = (405, "not_allowed")
+    TIMEOUT = (408, "timeout")
+    CONFLICT = (409, "conflict")
+    GONE = (410, "gone")
+    TOO_LARGE = (413, "too_large")
+    TOO_LONG = (422, "too_long")
+    QUEUE_FULL = (429, "queue_full")
+    KEY_LIMIT = (429, "key_limit")
+    ENGINE = (500, "engine")
+    UNAVAILABLE = (503, "unavailable")
 
     @property
     def status(self) -> int:
-        return self.value
+        return self.value[0]
 
 
 class RequestError(Exception):
@@ -58,6 +61,8 @@ class RequestError(Exception):
         headers = {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
         if self.kind is ErrorKind.TIMEOUT:  # the rest of the body must not be read as a request
             headers["Connection"] = "close"
+        elif self.kind is ErrorKind.UNAUTHORIZED:
+            headers["WWW-Authenticate"] = 'Bearer realm="twinstep"'
         return headers
 
 

@@ -18,6 +18,8 @@ from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel
 
 ERROR_TYPES = {
     ErrorKind.INVALID: "invalid_request_error",
+    ErrorKind.UNAUTHORIZED: "authentication_error",
+    ErrorKind.FORBIDDEN: "permission_error",
     ErrorKind.NOT_FOUND: "not_found_error",
     ErrorKind.NOT_ALLOWED: "invalid_request_error",
     ErrorKind.TIMEOUT: "timeout_error",
@@ -26,6 +28,7 @@ ERROR_TYPES = {
     ErrorKind.TOO_LARGE: "request_too_large",
     ErrorKind.TOO_LONG: "invalid_request_error",
     ErrorKind.QUEUE_FULL: "rate_limit_error",
+    ErrorKind.KEY_LIMIT: "rate_limit_error",
     ErrorKind.ENGINE: "api_error",
     ErrorKind.UNAVAILABLE: "overloaded_error",
 }

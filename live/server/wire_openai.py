@@ -24,6 +24,8 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 ERRORS = {  # kind: (type, code)
     ErrorKind.INVALID: ("invalid_request_error", None),
+    ErrorKind.UNAUTHORIZED: ("invalid_request_error", "invalid_api_key"),
+    ErrorKind.FORBIDDEN: ("invalid_request_error", "permission_denied"),
     ErrorKind.NOT_FOUND: ("invalid_request_error", "model_not_found"),
     ErrorKind.NOT_ALLOWED: ("invalid_request_error", "method_not_allowed"),
     ErrorKind.TIMEOUT: ("invalid_request_error", "request_timeout"),
@@ -32,6 +34,7 @@ ERRORS = {  # kind: (type, code)
     ErrorKind.TOO_LARGE: ("invalid_request_error", "request_too_large"),
     ErrorKind.TOO_LONG: ("invalid_request_error", "context_length_exceeded"),
     ErrorKind.QUEUE_FULL: ("rate_limit_error", "queue_full"),
+    ErrorKind.KEY_LIMIT: ("rate_limit_error", "key_limit"),
     ErrorKind.ENGINE: ("server_error", "engine_error"),
     ErrorKind.UNAVAILABLE: ("server_error", "unavailable"),
 }

@@ -26,6 +26,8 @@ from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel
 
 ERROR_TYPES = {
     ErrorKind.INVALID: "invalid_request",
+    ErrorKind.UNAUTHORIZED: "unauthorized",
+    ErrorKind.FORBIDDEN: "forbidden",
     ErrorKind.NOT_FOUND: "not_found",
     ErrorKind.NOT_ALLOWED: "method_not_allowed",
     ErrorKind.TIMEOUT: "request_timeout",
@@ -34,6 +36,7 @@ ERROR_TYPES = {
     ErrorKind.TOO_LARGE: "request_too_large",
     ErrorKind.TOO_LONG: "prompt_too_long",
     ErrorKind.QUEUE_FULL: "queue_full",
+    ErrorKind.KEY_LIMIT: "key_limit",
     ErrorKind.ENGINE: "engine_error",
     ErrorKind.UNAVAILABLE: "unavailable",
 }

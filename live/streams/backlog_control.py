@@ -66,7 +66,7 @@ class BacklogControl:
         want = not stream.ended and (stream.policy_paused or stream.left_at is not None)
         if want != stream.engine_paused:
             stream.engine_paused = want
-            (self._pause if want else self._resume)(stream.id)
+            (self._pause if want else self._resume)(stream.seq_id)
 
     def recount(self, stream: Stream) -> None:
         """Under `naive`, carry the owner's unwritten events into the gate's count."""

@@ -94,7 +94,7 @@ class Hub:
         self.engine_stopped = True
         self.backlog.stop_waiting()
         for stream in self._streams.running_streams():
-            self._streams.finished(stream.id)
+            self._streams.finished(stream.seq_id)
             if not stream.ended:
                 self._isolated(stream, self._end, stream, FinishReason.ERROR,
                                stream.completion_tokens, "", time.time())
@@ -110,11 +110,12 @@ class Hub:
 
     # -- requests ---------------------------------------------------------------
 
-    def open(self, prompt_tokens: int, stream_id: str | None = None) -> tuple[Stream, Reader]:
-        """A new stream with its `start` event and its first reader, named
+    def open(self, prompt_tokens: int, stream_id: str | None = None,
+             key: str | None = None) -> tuple[Stream, Reader]:
+        """A new stream of `key` with its `start` event and its first reader, named
         `stream_id` if the client chose one. Open it before submitting to the
         engine, so that no engine event can come before it."""
-        stream = self._streams.open(prompt_tokens, stream_id)
+        stream = self._streams.open(prompt_tokens, stream_id, key)
         stream.append(Start(0, prompt_tokens))
         return stream, self._attach(stream, 0)
 
@@ -126,9 +127,10 @@ class Hub:
         stream.readers.clear()
         self.backlog.recount(stream)
 
-    def follow(self, stream_id: str, after_seq: int | None) -> Reader:
-        """Attach a reader from the event after `after_seq` (from the first if None)."""
-        stream = self._streams.find(stream_id)
+    def follow(self, stream_id: str, after_seq: int | None, key: str | None = None) -> Reader:
+        """Attach a reader to `key`'s stream from the event after `after_seq` (from
+        the first if None)."""
+        stream = self._streams.find(stream_id, key)
         cursor = 0 if after_seq is None else after_seq + 1
         if cursor > stream.next_seq:
             raise ValueError(f"event {after_seq} of stream {stream_id} has not happened")
@@ -150,7 +152,7 @@ class Hub:
         if stream.ended:
             return
         if self._streams.is_running(stream):
-            self.engine.cancel(stream.id, reason)
+            self.engine.cancel(stream.seq_id, reason)
         self._end(stream, reason, stream.completion_tokens, "", time.time())
 
     def shutdown(self) -> None:
@@ -208,7 +210,7 @@ class Hub:
             stream = self._streams.running(e.seq_id)
             self._isolated(stream, self._event, e, stream, output, arrived)
             if stream is not None:
-                touched[stream.id] = stream
+                touched[stream.seq_id] = stream
         now = time.monotonic()
         for stream in touched.values():
             self._isolated(stream, self.backlog.apply, stream, now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from scheduler import FinishReason, CoreSnapshot
+from scheduler import CoreSnapshot, FinishReason, KeyHolding
 
 # from a fast local step (1 ms) to a long queue (a minute)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -16,7 +16,9 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class ServerMetrics:
-    def __init__(self):
+    def __init__(self, key_names: list[str] = ()):
+        """`key_names`: the client keys, whose series are labelled by name (each
+        shown from the start, at zero)."""
         self.registry = r = CollectorRegistry()
         self.ttft = Histogram("twinstep_time_to_first_token_seconds",
                               "From arrival to the first token reaching the hub",
@@ -49,6 +51,16 @@ class ServerMetrics:
         self.recomputed_tokens = Counter("twinstep_recomputed_tokens",
                                          "Tokens prefilled again for preempted sequences",
                                          registry=r)
+        self.key_streams = Gauge("twinstep_key_streams", "Streams a client key holds, waiting "
+                                 "or running", ["key"], registry=r)
+        self.key_waiting = Gauge("twinstep_key_waiting", "Requests of a client key waiting "
+                                 "for admission", ["key"], registry=r)
+        self.key_refused_total = Counter("twinstep_key_refused", "Requests refused at a client "
+                                         "key's limit, by the limit", ["key", "limit"], registry=r)
+        self.key_names = list(key_names)
+        for name in self.key_names:
+            self.key_streams.labels(name)
+            self.key_waiting.labels(name)
         self._carried = (0, 0)
         """The core's counts the two counters above have taken."""
         for reason in FinishReason:
@@ -69,6 +81,9 @@ class ServerMetrics:
     def refused(self, status: int) -> None:
         self.refused_total.labels(str(status)).inc()
 
+    def key_refused(self, key: str, limit: str) -> None:
+        self.key_refused_total.labels(key, limit).inc()
+
     def wasted_token(self) -> None:
         self.wasted_tokens.inc()
 
@@ -78,9 +93,15 @@ class ServerMetrics:
         (family,) = self.wasted_tokens.collect()
         return int(next(s.value for s in family.samples if s.name.endswith("_total")))
 
-    def exposition(self, summary: CoreSnapshot, num_blocks: int) -> bytes:
+    def exposition(self, summary: CoreSnapshot, num_blocks: int,
+                   holding: dict[str, KeyHolding]) -> bytes:
         """The text format, with the gauges read from the latest step summary and
-        the core's own counts carried into their counters."""
+        what each key holds now, and the core's own counts carried into their
+        counters."""
+        for name in self.key_names:
+            held = holding.get(name, KeyHolding())
+            self.key_streams.labels(name).set(held.streams)
+            self.key_waiting.labels(name).set(held.waiting)
         self.preemptions.inc(summary.preemptions - self._carried[0])
         self.recomputed_tokens.inc(summary.recomputed_tokens - self._carried[1])
         self._carried = (summary.preemptions, summary.recomputed_tokens)

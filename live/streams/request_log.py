@@ -1,7 +1,7 @@
 """Every finished request as the server saw it, which its client cannot know: when
 the engine admitted it and made its first token, how many tokens it made, how many
 of them after the client had left (wasted work), and how often it was preempted and
-recomputed. Kept in a ring that `GET /v1/requests` pages through, numbered in the
+recomputed, and the key it came with. Kept in a ring that `GET /v1/requests` pages through, numbered in the
 order requests finished."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ DEFAULT_RING = 100_000
 
 FIELDS = ("n", "id", "prompt_tokens", "arrival_unix", "admitted_unix", "first_token_unix",
           "finish_unix", "finish_reason", "completion_tokens", "tokens_after_leave", "left_unix",
-          "preemptions", "recomputed_tokens")
+          "preemptions", "recomputed_tokens", "key")
 
 
 class RequestLog:
@@ -36,7 +36,7 @@ class RequestLog:
                            stream.admitted, stream.first_token, finished_unix,
                            finish.reason.value, finish.num_generated,
                            stream.tokens_after_leave, stream.left_unix, finish.preemptions,
-                           finish.recomputed_tokens))
+                           finish.recomputed_tokens, stream.key))
 
     def after(self, n: int, limit: int | None = None) -> list[dict]:
         """The records of the requests that finished after the `n`th, oldest first,

@@ -35,9 +35,20 @@ class ReadersFull(Exception):
     """The stream has as many followers as it may have."""
 
 
+def seq_id_of(stream_id: str, key: str | None) -> str:
+    """The engine's id of the stream a key names `stream_id`: each key has ids of
+    its own (neither a name nor an id holds a '/')."""
+    return stream_id if key is None else f"{key}/{stream_id}"
+
+
 class Stream:
-    def __init__(self, stream_id: str, prompt_tokens: int):
+    def __init__(self, stream_id: str, prompt_tokens: int, key: str | None = None):
         self.id = stream_id
+        """Its id on the wire, which its key chose or was given."""
+        self.key = key
+        """The name of the client key that opened it; None on an open server."""
+        self.seq_id = seq_id_of(stream_id, key)
+        """Its id in the engine, unique across keys."""
         self.prompt_tokens = prompt_tokens
         self.arrival = time.time()
         self.admitted: float | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 
-from .stream import Stream, StreamExists, UnknownStream
+from .stream import Stream, StreamExists, UnknownStream, seq_id_of
 
 
 class StreamTable:
@@ -17,42 +17,44 @@ class StreamTable:
         """Streams the engine has not finished (some may have ended on this side)."""
         self._ended: OrderedDict[str, None] = OrderedDict()
 
-    def open(self, prompt_tokens: int, stream_id: str | None) -> Stream:
-        """A new stream, named `stream_id` if the client chose one."""
-        if stream_id in self._all:
+    def open(self, prompt_tokens: int, stream_id: str | None, key: str | None) -> Stream:
+        """A new stream of `key`, named `stream_id` if the client chose one."""
+        if stream_id is not None and seq_id_of(stream_id, key) in self._all:
             raise StreamExists(stream_id)
-        while stream_id is None or stream_id in self._all:  # a client may have taken it
+        # a client may have taken the id drawn
+        while stream_id is None or seq_id_of(stream_id, key) in self._all:
             stream_id = uuid.uuid4().hex[:16]
-        stream = Stream(stream_id, prompt_tokens)
-        self._all[stream.id] = stream
-        self._running[stream.id] = stream
+        stream = Stream(stream_id, prompt_tokens, key)
+        self._all[stream.seq_id] = stream
+        self._running[stream.seq_id] = stream
         return stream
 
     def discard(self, stream: Stream) -> None:
         """Forget a stream as if it had never been opened."""
-        self._all.pop(stream.id, None)
-        self._running.pop(stream.id, None)
+        self._all.pop(stream.seq_id, None)
+        self._running.pop(stream.seq_id, None)
 
-    def find(self, stream_id: str) -> Stream:
-        stream = self._all.get(stream_id)
+    def find(self, stream_id: str, key: str | None) -> Stream:
+        """The stream `key` named `stream_id`: another key's is unknown to it."""
+        stream = self._all.get(seq_id_of(stream_id, key))
         if stream is None:
             raise UnknownStream(stream_id)
         return stream
 
-    def running(self, stream_id: str) -> Stream | None:
-        """The stream if the engine has not finished it."""
-        return self._running.get(stream_id)
+    def running(self, seq_id: str) -> Stream | None:
+        """The stream of the engine's `seq_id` if the engine has not finished it."""
+        return self._running.get(seq_id)
 
     def is_running(self, stream: Stream) -> bool:
-        return stream.id in self._running
+        return stream.seq_id in self._running
 
-    def finished(self, stream_id: str) -> None:
+    def finished(self, seq_id: str) -> None:
         """The engine has finished it."""
-        self._running.pop(stream_id, None)
+        self._running.pop(seq_id, None)
 
     def ended(self, stream: Stream) -> None:
         """Keep it for late GETs, forgetting the oldest ended beyond `keep_ended`."""
-        self._ended[stream.id] = None
+        self._ended[stream.seq_id] = None
         while len(self._ended) > self.keep_ended:
             self._all.pop(self._ended.popitem(last=False)[0], None)
 

@@ -17,16 +17,16 @@ from typing import Protocol
 
 import simpy
 
-from scheduler import (FinishReason, InvalidRequest, QueueFull, RequestTooLarge, SubmitRefused,
-                       TokenEvent)
+from scheduler import (FinishReason, InvalidRequest, KeyLimitReached, QueueFull, RequestTooLarge,
+                       SubmitRefused, TokenEvent)
 from traces.outcome import Refusal, RequestOutcome
 from traces.record import ReadMode, TraceRequest
 
 from ..overheads import Overheads
 from .connection import Connection
 
-REFUSALS = {QueueFull: Refusal.QUEUE_FULL, RequestTooLarge: Refusal.TOO_LARGE,
-            InvalidRequest: Refusal.INVALID}
+REFUSALS = {QueueFull: Refusal.QUEUE_FULL, KeyLimitReached: Refusal.KEY_LIMIT,
+            RequestTooLarge: Refusal.TOO_LARGE, InvalidRequest: Refusal.INVALID}
 """The outcome's name for each refusal of the core, as the live client names the
 HTTP status the server answers it with."""
 

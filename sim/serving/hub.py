@@ -92,7 +92,8 @@ class Hub:
         """Submit the client's request; a refusal propagates before the stream opens."""
         r = client.request
         # it asks for what max_tokens_factor says; its payload is where the model stops
-        self.core.submit(Request(r.id, r.prompt_tokens, self._asked(r), r.max_new_tokens))
+        self.core.submit(Request(r.id, r.prompt_tokens, self._asked(r), r.max_new_tokens,
+                                 key=r.key))
         client.connection = Connection(self.overheads.transport_bytes, self.env.now)
         self.clients[r.id] = client
         if client.instant:

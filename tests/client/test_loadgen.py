@@ -422,7 +422,7 @@ def test_connection_refused_is_recorded():
 
 @pytest.mark.parametrize("status, refusal", [
     (429, Refusal.QUEUE_FULL), (422, Refusal.TOO_LARGE), (400, Refusal.INVALID),
-    (404, Refusal.INVALID), (409, Refusal.INVALID), (413, Refusal.INVALID),
+    (401, Refusal.INVALID), (404, Refusal.INVALID), (409, Refusal.INVALID), (413, Refusal.INVALID),
     (503, Refusal.UNAVAILABLE), (500, Refusal.SERVER_ERROR), (502, Refusal.SERVER_ERROR),
 ])
 def test_a_refusal_is_named_by_its_status(status, refusal):

@@ -21,8 +21,12 @@ def model_dir(tmp_path_factory, smollm2):
     return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smollm2.tokenizer)
 
 
+ADMIN = {"Authorization": "Bearer secret-admin"}
+"""The admin key of the server with keys (an open server ignores it)."""
+
+
 def steps(url: str, **params) -> list[dict]:
-    r = httpx.get(url + "/v1/steps", params=params)
+    r = httpx.get(url + "/v1/steps", params=params, headers=ADMIN)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "application/x-ndjson"
     return [json.loads(line) for line in r.text.splitlines()]
@@ -32,17 +36,24 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
     settings = ServeSettings(model=str(model_dir), max_batch=3, num_blocks=40, block_size=8,
                              max_waiting=9, policy="pause", max_queued=7, resume_grace_s=2.0,
                              keepalive_s=5.0, step_ring=50, max_prefill_tokens=20,
-                             chunked_prefill=True, admission="optimistic", max_overtakes=2)
+                             chunked_prefill=True, admission="optimistic", max_overtakes=2,
+                             max_waiting_per_key=4, api_key=("a:secret-a",),
+                             admin_key="secret-admin")
     with running_server(settings) as url:
-        info = httpx.get(url + "/v1/engine").json()
+        info = httpx.get(url + "/v1/engine", headers=ADMIN).json()
         assert info["model"] == model_dir.name
         assert info["hardware"].endswith(f" x{os.cpu_count()}")
         assert info["torch_threads"] == torch.get_num_threads()
         assert info["scheduler"] == {"num_blocks": 40, "block_size": 8, "max_batch": 3,
                                      "max_waiting": 9, "max_model_len": 256,
                                      "max_prefill_tokens": 20, "chunked_prefill": True,
-                                     "admission": "optimistic", "max_overtakes": 2}
-        assert ServeSettings(**info["settings"]) == settings
+                                     "admission": "optimistic", "max_overtakes": 2,
+                                     "max_streams_per_key": None, "max_waiting_per_key": 4}
+        # every setting, a secret as how many there are
+        hidden = {"api_key": "<1 hidden>", "admin_key": "<hidden>"}
+        assert {name: info["settings"][name] for name in hidden} == hidden
+        assert ServeSettings(**{**info["settings"], "api_key": ("a:secret-a",),
+                                "admin_key": "secret-admin"}) == settings
         assert (info["settings"]["device"], info["settings"]["dtype"]) == ("cpu", "float32")
         assert (info["settings"]["stall_timeout_s"], info["settings"]["gpu_memory_fraction"],
                 info["settings"]["eager"], info["settings"]["replay_events"]) == (
@@ -52,14 +63,16 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
         setup = build_setup(ConstantCost(1.0), **ServerInfo.from_json(info).sim_settings())
         assert (setup.config.num_blocks, setup.config.max_batch, setup.config.admission,
                 setup.config.max_prefill_tokens, setup.config.chunked_prefill,
-                setup.config.max_overtakes) == (40, 3, "optimistic", 20, True, 2)
+                setup.config.max_overtakes, setup.config.max_waiting_per_key) == (
+                    40, 3, "optimistic", 20, True, 2, 4)
         assert (setup.policy.name, setup.policy.max_queued, setup.resume_grace_s) == ("pause", 7, 2.0)
 
-        httpx.post(url + "/v1/stream", json={"prompt": "hello", "max_new_tokens": 6})
-        wait_idle(url)
+        httpx.post(url + "/v1/stream", json={"prompt": "hello", "max_new_tokens": 6},
+                   headers={"x-api-key": "secret-a"})
+        wait_idle(url, ADMIN)
         records = steps(url)
         assert len(records) == 6  # a prefill, then five decodes of the one sequence
-        assert httpx.get(url + "/v1/engine").json()["steps"]["last"] == records[-1]["step"]
+        assert httpx.get(url + "/v1/engine", headers=ADMIN).json()["steps"]["last"] == records[-1]["step"]
 
 
 def test_steps_account_for_every_token_and_page_after_a_step():

@@ -112,6 +112,7 @@ def test_python_m_live_serve_stops_gracefully_on_sigterm(smollm2, tmp_path):
     output = process.stdout.read()
     assert done["finish_reason"] == "cancelled"
     assert f"on http://127.0.0.1:{port}" in output and '"policy": "pause"' in output
+    assert "access: open: no client key, anyone who reaches the port may generate" in output
     records = [json.loads(line) for line in steps.read_text().splitlines()]
     assert records and all("duration_s" in r and "decode_batch" in r for r in records)
 

@@ -86,7 +86,8 @@ def test_refusals_are_recorded_and_the_rest_runs():
 
 def test_every_refusal_of_the_core_has_its_name_in_the_outcome_vocabulary():
     assert set(REFUSALS) == set(SubmitRefused.__subclasses__())
-    assert set(REFUSALS.values()) == {Refusal.QUEUE_FULL, Refusal.TOO_LARGE, Refusal.INVALID}
+    assert set(REFUSALS.values()) == {Refusal.QUEUE_FULL, Refusal.KEY_LIMIT, Refusal.TOO_LARGE,
+                                      Refusal.INVALID}
 
 
 def test_outcomes_come_back_in_trace_order_and_ids_must_be_unique():

@@ -11,9 +11,10 @@ import numpy as np
 
 from live.client.loadgen import replay
 from live.client.request_body import PromptFiller
+from leaky_clients import leaky_clients
 from live_server import held_app, running_server, stats, wait_for
 from tiny_models import VOCAB
-from traces import Client, Fixed, LeaveHow, ReadMode, Uniform, generate
+from traces import Fixed, LeaveHow, Uniform, generate
 
 REQUESTS = 300
 MAX_NEW = 48
@@ -21,26 +22,10 @@ BATCH = 8
 CLIENTS = 48
 
 
-def _clients(rng: np.random.Generator) -> list[Client]:
-    """35% read to the end; 50% leave after 0 to 40 tokens (every count, by FIN and
-    by RST); 15% read slowly (a pause per event, or a byte rate) and leave after 3
-    or 10 tokens. Shuffled, so that every kind arrives throughout."""
-    to_end = [Client()] * round(0.35 * REQUESTS)
-    leavers = [Client(leave_after_tokens=i % 41, leave_how=LeaveHow.FIN if i % 2 else LeaveHow.RST)
-               for i in range(REQUESTS // 2)]
-    slow_reading = [{"read": ReadMode.PER_EVENT, "pause_s": 0.05},
-                    {"read": ReadMode.BYTE_RATE, "bytes_per_s": 2000.0}]
-    slow = [Client(**slow_reading[i // 4 % 2], leave_after_tokens=(3, 10)[i % 2],
-                   leave_how=(LeaveHow.FIN, LeaveHow.RST)[i // 2 % 2])
-            for i in range(REQUESTS - len(to_end) - len(leavers))]
-    clients = to_end + leavers + slow
-    return [clients[i] for i in rng.permutation(REQUESTS)]
-
-
 def _trace():
     requests = generate(rate=40.0, count=REQUESTS, prompt_lengths=Uniform(4, 12),
                         output_lengths=Fixed(MAX_NEW), seed=11)
-    clients = _clients(np.random.default_rng(11))
+    clients = leaky_clients(REQUESTS, np.random.default_rng(11))
     return [replace(r, client=c) for r, c in zip(requests, clients)]
 
 
