@@ -107,7 +107,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=3000)
     parser.add_argument("--rate", type=float, default=60.0, help="arrivals a second")
     parser.add_argument("--keys", type=int, default=20)
-    parser.add_argument("--max-streams-per-key", type=int, default=24)
+    parser.add_argument("--max-streams-per-key", type=int, default=8)
     parser.add_argument("--followers", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")

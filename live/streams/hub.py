@@ -232,7 +232,10 @@ class Hub:
 
     def _event(self, e: Event, stream: Stream | None, output: StepOutput, arrived: float) -> None:
         if isinstance(e, TokenEvent):
-            if stream is not None and stream.left_at is not None:
+            # made after its client left: its step ended after the leave (a step
+            # that ended before, handed on while the leave was seen, made it for
+            # a client still there)
+            if stream is not None and stream.left_unix is not None and stream.left_unix < arrived:
                 stream.tokens_after_leave += 1
                 self.metrics.wasted_token()
             if stream is None or stream.ended:

@@ -1,6 +1,6 @@
 """Random and hostile input to every endpoint of one real server: request bodies of
 the right shape with fields of the wrong type or out of every range, JSON nested
-deep, bytes that are no JSON, odd headers and query strings. Every answer is a 4xx
+deep, bytes that are no JSON, odd headers, keys and query strings. Every answer is a 4xx
 with a JSON error in the endpoint's envelope, or a well-formed 200 (JSON, or an
 event stream that ends with its format's last event); never a 5xx. The server is
 alive after, and its pool whole.
@@ -88,9 +88,22 @@ HEADER_TEXT = st.text(st.characters(codec="latin-1", categories=["L", "N", "P", 
                       max_size=80).map(lambda s: s.encode("latin-1"))
 
 
+CLIENT_KEY, ADMIN_KEY = "fuzz-client", "fuzz-admin"
+KEY_HEADERS = st.one_of(
+    st.just([(b"authorization", b"Bearer " + CLIENT_KEY.encode())]),
+    st.just([(b"x-api-key", CLIENT_KEY.encode())]),
+    st.just([(b"authorization", b"Bearer " + ADMIN_KEY.encode())]),
+    st.lists(st.tuples(st.sampled_from([b"authorization", b"x-api-key"]), HEADER_TEXT),
+             max_size=2))
+
+
 @st.composite
 def headers(draw) -> list[tuple[bytes, bytes]]:
-    out = []
+    """Odd headers, and a key: the client's mostly (so that bodies are read), else
+    the admin's, none, or anything."""
+    mostly_client = st.integers(0, 5).flatmap(
+        lambda n: KEY_HEADERS if n == 0 else st.just([(b"x-api-key", CLIENT_KEY.encode())]))
+    out = list(draw(mostly_client))
     for name in draw(st.lists(st.sampled_from([b"x-request-id", b"last-event-id",
                                                b"content-type"]), max_size=3, unique=True)):
         value = draw(st.one_of(HEADER_TEXT, st.sampled_from([b"application/json", b"text/plain",
@@ -122,7 +135,8 @@ def requests(draw):
     if route == "ops":
         path = draw(st.sampled_from(["/v1/models", "/health", "/stats", "/metrics",
                                      "/v1/engine"]))
-        return "GET", path, None, draw(headers()), own_error
+        return ("GET", path, None, draw(headers()),
+                openai_error if path == "/v1/models" else own_error)
     path = draw(st.sampled_from(["/v1/steps", "/v1/requests"]))
     query = "&".join(f"{name}={quote(draw(QUERY_TEXT), safe='')}"
                      for name in draw(st.lists(st.sampled_from(["after", "limit", "x"]),
@@ -169,11 +183,13 @@ def check_answer(method: str, path: str, r: httpx.Response, envelope) -> None:
 @pytest.fixture(scope="module")
 def server():
     app, engine = tiny_app(ServeSettings(default_max_tokens=4, max_body_bytes=1 << 16,
-                                         body_timeout_s=10.0))
+                                         body_timeout_s=10.0, api_key=(CLIENT_KEY,),
+                                         admin_key=ADMIN_KEY, max_streams_per_key=4),
+                           max_streams_per_key=4)
     with running_server(app) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield url, client, []
         assert client.get("/health").json()["status"] == "ok"
-        after = wait_idle(url)
+        after = wait_idle(url, {"x-api-key": ADMIN_KEY})
         assert after["blocks_reserved"] == 0 and after["admissions"] == after["releases"]
     assert engine.core.is_drained()
 
