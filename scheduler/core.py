@@ -149,9 +149,10 @@ class Scheduler:
             out.append(token)
             seq.num_tokens += 1
             n = len(out)
-            # TokenEvent(...) without the named tuple's Python-level __new__: this
-            # runs for every token of every step.
-            events.append(new_tuple(TokenEvent, (request.id, n - 1, token)))
+            if seq.emits_tokens:
+                # TokenEvent(...) without the named tuple's Python-level __new__: this
+                # runs for every token of every step.
+                events.append(new_tuple(TokenEvent, (request.id, n - 1, token)))
             reason = ends.get(request.id) if ends else None
             if reason is None and n >= request.max_new_tokens:
                 reason = FinishReason.LENGTH

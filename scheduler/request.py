@@ -60,6 +60,10 @@ class Sequence:
     """Tokens whose K/V its last preemption threw away: computed again when re-admitted."""
     overtaken: int = 0
     """Later requests admitted ahead of it while it did not fit, in its current wait."""
+    emits_tokens: bool = True
+    """Whether `commit` makes a `TokenEvent` for each of its tokens. A driver that can
+    tell its tokens from the plans (one a step while it runs) turns it off, and saves
+    an object a token; its finish is an event whatever this says."""
 
     def __post_init__(self):
         self.num_tokens = self.request.prompt_len + len(self.output)

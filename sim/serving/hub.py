@@ -78,6 +78,10 @@ class Hub:
         """Instant readers still reading: they take events as they are delivered."""
         self.step_times: list[float] = []
         """When each step's events were delivered, in step order."""
+        self.leaving: dict[int, list[tuple[Reader, int]]] = {}
+        """Instant readers that leave after the token a step delivers, by the step's
+        index, each with the count of its runs when it was due (a preemption since
+        ends that run, and with it this leave)."""
         self.left: set[str] = set()
         """Requests whose client has left: what the engine makes for them is wasted."""
         self.events_discarded = 0
@@ -130,6 +134,7 @@ class Hub:
             reader = self.instant_readers.get(seq.id)
             if reader is not None:
                 reader.preempted(len(seq.output))
+                seq.emits_tokens = True  # the next run's first token is an event again
 
     def committed(self, events: list[Event], now: float, from_step: bool = True) -> None:
         """Book what the engine did at `now`, then deliver the events to the
@@ -159,6 +164,9 @@ class Hub:
         if from_step:
             step_index = len(self.step_times)
             self.step_times.append(now)
+            due = self.leaving.pop(step_index, None)
+            if due:
+                self._leave_at_step(due)
         for event in events:
             is_token = type(event) is TokenEvent
             if is_token:
@@ -168,10 +176,13 @@ class Hub:
                 reader = instant.get(event.seq_id)
                 if reader is not None:
                     index = event.index
-                    if index == reader.next_run:
+                    starts = index == reader.next_run
+                    if starts:
                         reader.new_run(index, step_index)
                     if index == reader.leaves_after_index:
                         reader.leave()
+                    elif starts:
+                        self._quiet(reader, index, step_index)
                     continue
             client = clients[event.seq_id]
             connection = client.connection
@@ -210,7 +221,10 @@ class Hub:
 
     def client_left(self, client: Reader) -> None:
         self.left.add(client.request.id)
-        self.instant_readers.pop(client.request.id, None)
+        if self.instant_readers.pop(client.request.id, None) is not None:
+            seq = self.core.sequence(client.request.id)
+            if seq is not None:
+                seq.emits_tokens = True  # what it makes now goes to the connection
         delay = self.overheads.disconnect_detect_s
         if delay:
             self.env.timeout(delay).callbacks.append(lambda _: self._disconnected(client))
@@ -218,6 +232,26 @@ class Hub:
             self._disconnected(client)
 
     # -- inside -----------------------------------------------------------------
+
+    def _quiet(self, reader: Reader, index: int, step: int) -> None:
+        """A run of an instant reader's tokens began with token `index` at `step`: its
+        sequence makes one token a step until the run ends, so its tokens need no
+        events, and the token it leaves after comes with a step known now. (A
+        sequence that finished with that token has no run to quiet.)"""
+        seq = self.core.sequence(reader.request.id)
+        if seq is None:
+            return
+        seq.emits_tokens = False
+        leaves = reader.leaves_after_index
+        if leaves > index:
+            self.leaving.setdefault(step + leaves - index, []).append((reader, len(reader.runs)))
+
+    def _leave_at_step(self, due: list[tuple[Reader, int]]) -> None:
+        """Readers whose leaving token this step delivers, unless their run ended."""
+        for reader, runs in due:
+            if (reader.request.id in self.instant_readers and len(reader.runs) == runs
+                    and reader.run_end is None):
+                reader.leave()
 
     def _disconnected(self, client: Reader) -> None:
         """The server notices the client has gone: it drops what it had not sent and,
