@@ -65,8 +65,8 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
     setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)
     simulated = sim_replay(trace, setup)
     sim = Side(simulated.outcomes, simulated.series, simulated.summary)
-    write_outcomes(out_dir / "live-outcomes.jsonl", live.outcomes)
-    write_outcomes(out_dir / "sim-outcomes.jsonl", sim.outcomes)
+    write_outcomes(out_dir / "live-outcomes.parquet", live.outcomes)
+    write_outcomes(out_dir / "sim-outcomes.parquet", sim.outcomes)
     return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info)
 
 

@@ -25,7 +25,7 @@ from .progress import ReplayBar, SweepBar, wanted
 from .replay import replay
 from .settings import DEFAULT_POOL, SimSettings, build_setup, replay_settings
 from .sweep import format_sweep, parse_param, sweep, write_sweep
-from .summary import format_refusals
+from .summary import format_refusals, refusal_advice
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,17 +55,21 @@ def _replay(args) -> int:
     if result.refusals:
         print(format_refusals(result.refusals))
     print(f"{len(trace)} requests, {result.steps} steps, {result.wall_s:.2f} s wall")
+    advice = refusal_advice(result.summary, result.refusals)
+    if advice:
+        print(advice)
     if args.out:
         from traces.outcome import write_outcomes
 
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        write_outcomes(out / "outcomes.jsonl", result.outcomes)
+        write_outcomes(out / "outcomes.parquet", result.outcomes,
+                       token_times=not args.no_token_times)
         (out / "summary.json").write_text(json.dumps(result.summary.as_dict(), indent=2) + "\n")
         (out / "setup.json").write_text(json.dumps(_about(args, cost, settings), indent=2) + "\n")
         with open(out / "timeseries.jsonl", "w") as f:
             f.writelines(result.series.json_lines())
-        print(f"wrote {out}/outcomes.jsonl, summary.json, setup.json, timeseries.jsonl")
+        print(f"wrote {out}/outcomes.parquet, summary.json, setup.json, timeseries.jsonl")
     return 0
 
 
@@ -145,7 +149,12 @@ def parser() -> OneLineErrors:
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("replay", help="replay a trace and print its summary")
     _replay_options(p)
-    p.add_argument("--out", help="write outcomes.jsonl, summary.json, setup.json, timeseries.jsonl here")
+    p.add_argument("--out", help="write outcomes.parquet (a row per request, as "
+                   "traces.outcome.read_outcomes reads it), summary.json, setup.json, "
+                   "timeseries.jsonl here")
+    p.add_argument("--no-token-times", action="store_true",
+                   help="leave every token's time out of outcomes.parquet (nearly all of its "
+                   "size); the summary stays exact, as it is computed from the replay, not the file")
     p.set_defaults(run=_replay)
     p = commands.add_parser("sweep", help="replay a trace under combinations of settings")
     _replay_options(p)

@@ -218,7 +218,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-connections", type=int, default=None)
     p.add_argument("--timeout-s", type=float, default=60.0,
                    help="give a request up after this long without a byte")
-    p.add_argument("--out", help="write the per-request records here (JSONL)")
+    p.add_argument("--out", metavar="F", help="write the per-request records here as Parquet "
+                   "(e.g. outcomes.parquet; traces.outcome.read_outcomes reads them)")
     p.add_argument("--request-id-prefix", metavar="P",
                    help="name each stream P<trace id> (X-Request-Id), to find the server's "
                         "record of it at GET /v1/requests")

@@ -12,8 +12,10 @@ import uvicorn
 from starlette.applications import Starlette
 
 from .h2_flow import AutoBackpressuredProtocol
+from .replies import envelope_for, refuse
 from .service import LiveService
 from .sse import ABORT
+from .validation import ErrorKind, RequestError
 
 
 class NoDelay:
@@ -69,6 +71,29 @@ class HeaderDeadline:
         self.loop.call_later(self.header_timeout_s, expire)
 
 
+class ConnectionLimit:
+    """ASGI wrapper: a request on a connection beyond `limit` open ones is answered
+    503 in its API's envelope, with Retry-After, and its connection closed
+    (uvicorn's own limit answers in plain text)."""
+
+    def __init__(self, app: Starlette, service: LiveService, limit: int, server: uvicorn.Server):
+        self.app = app
+        self.service = service
+        self.limit = limit
+        self.server = server
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and len(self.server.server_state.connections) > self.limit:
+            error = RequestError(ErrorKind.UNAVAILABLE,
+                                 f"the server holds {self.limit} connections, its limit: "
+                                 "retry later", retry_after_s=self.service.settings.retry_after_s)
+            response = refuse(self.service, error, envelope_for(scope["path"]))
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 class LiveConfig(uvicorn.Config):
     """uvicorn's settings, with `NoDelay` mixed into whichever protocol they choose
     (and `HeaderDeadline` into HTTP/1.1's), and with `http2` the same choice of
@@ -100,11 +125,10 @@ class LiveServer(uvicorn.Server):
         self.service: LiveService = app.state.service
         settings = self.service.settings
         super().__init__(LiveConfig(
-            app, host=host, port=port, log_level=log_level, lifespan="on",
+            ConnectionLimit(app, self.service, settings.max_connections, self), host=host,
+            port=port, log_level=log_level, lifespan="on",
             http="zttp" if settings.http2 else "auto", http2=settings.http2,
             timeout_graceful_shutdown=settings.shutdown_timeout_s,
-            # uvicorn counts the connection asking among those open
-            limit_concurrency=settings.max_connections + 1,
             header_timeout_s=settings.header_timeout_s))
 
     def handle_exit(self, sig, frame) -> None:

@@ -15,7 +15,8 @@ def record(n: int, rid: str, **fields) -> dict:
     base = dict(n=n, id=rid, prompt_tokens=4, arrival_unix=STARTED + 0.1,
                 admitted_unix=STARTED + 0.2, first_token_unix=STARTED + 0.3,
                 finish_unix=STARTED + 0.9, finish_reason="length", completion_tokens=8,
-                tokens_after_leave=0, left_unix=None, preemptions=0, recomputed_tokens=0)
+                tokens_after_leave=0, left_unix=None, preemptions=0, recomputed_tokens=0,
+                key=None)
     assert set(base) == set(FIELDS)
     return base | fields
 

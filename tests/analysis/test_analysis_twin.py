@@ -94,7 +94,7 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "ttft_client_p50_s" in out.stdout and "makespan_s" in out.stdout
     assert f"report: {tmp_path / 'cli' / 'report.md'}" in out.stdout
-    assert (tmp_path / "cli" / "live-outcomes.jsonl").exists()
+    assert (tmp_path / "cli" / "live-outcomes.parquet").exists()
 
 
 def test_a_chunking_server_is_mirrored_and_its_tokens_counted_on_both_sides(model_dir, tmp_path):

@@ -21,6 +21,7 @@ from analysis.workloads import calibration_workload
 from live.engine.step_log import StepLog
 from scheduler.settings import ServeSettings
 from traces import write_trace
+from traces.outcome import read_outcomes
 
 from analysis_helpers import mixed_trace, save_tiny_llama
 from live_server import ServerThread, running_server, stats, tiny_app, wait_idle
@@ -105,8 +106,8 @@ def test_calibrate_then_compare_against_a_running_server(server, tmp_path, monke
     for name, f in figures.items():
         assert math.isfinite(f["live"]) and math.isfinite(f["sim"]), name
     assert figures["completed"]["live"] == figures["completed"]["sim"] == 8
-    outcomes = read_jsonl(tmp_path / "cmp" / "live-outcomes.jsonl")
-    assert sorted(o["id"] for o in outcomes) == sorted(r.id for r in trace)
+    outcomes = read_outcomes(tmp_path / "cmp" / "live-outcomes.parquet")
+    assert sorted(o.id for o in outcomes) == sorted(r.id for r in trace)
     assert_whole(server)
 
 

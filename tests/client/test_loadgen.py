@@ -20,7 +20,7 @@ from live.client.loadgen import add_parser, replay
 from live.client.refusal import refusal_for
 from live.client.request_body import PromptFiller, request_body
 from traces.jsonl import write_trace
-from traces.outcome import Refusal, RequestOutcome, read_outcomes, write_outcomes
+from traces.outcome import Refusal, RequestOutcome, read_outcomes
 from traces.record import Client, LeaveHow, ReadMode, TraceRequest
 
 
@@ -440,7 +440,7 @@ def test_request_body_from_a_trace_record():
 
 
 def test_command_line(stand_in, tmp_path, capsys):
-    trace, out = tmp_path / "trace.jsonl", tmp_path / "outcomes.jsonl"
+    trace, out = tmp_path / "trace.jsonl", tmp_path / "outcomes.parquet"
     write_trace(trace, [req("a", 0.0, tokens=5), req("b", 0.05, tokens=5, leave_after_tokens=2)])
     stand_in.script = lambda body: Script(tokens=5, gap_s=0.01)
     parser = argparse.ArgumentParser()
@@ -459,14 +459,14 @@ def test_command_line(stand_in, tmp_path, capsys):
 
 
 def test_outcomes_written_before_headers_s_was_recorded_still_read(tmp_path):
-    path = tmp_path / "outcomes.jsonl"
+    path = tmp_path / "outcomes.jsonl"  # as runs wrote them before Parquet
     now = RequestOutcome("new", 0.5, 4, 8, headers_s=0.51, first_token_client_s=0.6,
                          token_times_s=[0.6], tokens_read=1)
-    write_outcomes(path, [now])
     older = {"id": "old", "arrival_s": 0.0, "prompt_tokens": 4, "max_new_tokens": 8,
              "token_times_s": [0.2, 0.3], "finish_reason": "length", "tokens_read": 2}
-    with open(path, "a") as f:
-        f.write(json.dumps(older) + "\n")
+    with open(path, "w") as f:
+        for line in ({name: getattr(now, name) for name in now.__slots__}, older):
+            f.write(json.dumps(line) + "\n")
     new, old = read_outcomes(path)
     assert new == now
     assert old.headers_s is None and old.token_times_s == [0.2, 0.3]

@@ -78,7 +78,13 @@ def test_connections_beyond_the_limit_are_answered_503_and_closed():
         runner.hold_and_wait()
         with httpx.Client() as client:
             r = client.get(url + "/health")
+            chat = client.post(url + "/v1/chat/completions", json={})
         assert r.status_code == 503 and r.headers["connection"] == "close"
+        assert r.headers["retry-after"] == "1"
+        assert r.json()["error"]["type"] == "unavailable"
+        assert "2 connections" in r.json()["error"]["message"]
+        # in the envelope of the API asked
+        assert chat.status_code == 503 and chat.json()["error"]["code"] == "unavailable"
         runner.release()
         for stream in streams:
             assert json.loads(stream.read_to_end()[-1].data)["finish_reason"] == "length"

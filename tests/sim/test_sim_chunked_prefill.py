@@ -8,6 +8,7 @@ import pytest
 from sim import LinearCost, build_setup, replay
 from sim.sweep import parse_param
 from traces import TraceRequest
+from traces.outcome import read_outcomes
 
 # a step costs 10 ms, 1 ms per prompt token and 1 ms per decoding sequence
 COST = LinearCost(fixed=0.01, prefill_tokens=0.001, decode_batch=0.001)
@@ -60,6 +61,6 @@ def test_a_sweep_turns_it_on_and_off_and_the_command_line_wants_a_budget(tmp_pat
                           "--chunked-prefill", "--max-prefill-tokens", "4", "--out", str(tmp_path / "o")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    outcome = (tmp_path / "o" / "outcomes.jsonl").read_text()
+    [outcome] = read_outcomes(tmp_path / "o" / "outcomes.parquet")
     # three steps of prompt chunks (4, 4, 1), the last with the first token, then one decode
-    assert '"first_token_engine_s": 3.0' in outcome and '"finish_s": 4.0' in outcome
+    assert (outcome.first_token_engine_s, outcome.finish_s) == (3.0, 4.0)

@@ -47,7 +47,7 @@ def test_replay_prints_the_summary_and_writes_outcomes(trace, tmp_path):
                      "--num-blocks", 64, "--out", out)
     assert result.returncode == 0, result.stderr
     assert "ttft_client_p50_s" in result.stdout
-    a, b, c = read_outcomes(out / "outcomes.jsonl")
+    a, b, c = read_outcomes(out / "outcomes.parquet")
     # One slot: a runs 0-3, b 3-6 (read at 4, 6, 8; final event at 10), c 6-8 and leaves.
     assert (a.token_times_s, a.finish_s) == ([1.0, 2.0, 3.0], 3.0)
     assert (b.first_token_engine_s, b.token_times_s, b.finish_s) == (4.0, [4.0, 6.0, 8.0], 10.0)
@@ -116,7 +116,7 @@ def test_replay_takes_a_trace_of_any_format_as_its_argument(name, tmp_path, caps
     out = tmp_path / "out"
     assert main(["replay", str(path), "--constant-cost", "0.5", "--out", str(out)]) == 0
     assert "2 requests" in capsys.readouterr().out
-    outcomes = read_outcomes(out / "outcomes.jsonl")
+    outcomes = read_outcomes(out / "outcomes.parquet")
     second_arrival = 0.0 if name == "vidur_lengths.csv" else 1.5
     assert [(o.arrival_s, o.prompt_tokens, o.max_new_tokens) for o in outcomes] == [
         (0.0, 30, 4), (second_arrival, 20, 2)]
@@ -127,7 +127,7 @@ def test_replay_takes_a_trace_of_any_format_as_its_argument(name, tmp_path, caps
 def test_the_trace_option_and_the_argument_are_the_same(trace, tmp_path, capsys):
     for how, args in (("option", ["--trace", str(trace)]), ("argument", [str(trace)])):
         assert main(["replay", *args, "--max-batch", "1", "--out", str(tmp_path / how)]) == 0
-    for name in ("outcomes.jsonl", "summary.json", "setup.json", "timeseries.jsonl"):
+    for name in ("outcomes.parquet", "summary.json", "setup.json", "timeseries.jsonl"):
         assert (tmp_path / "option" / name).read_bytes() == (tmp_path / "argument" / name).read_bytes()
     capsys.readouterr()
     with pytest.raises(SystemExit):
@@ -139,7 +139,7 @@ def test_replay_loads_the_trace_with_the_loader_options(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["replay", str(SAMPLES_DIR / "azure_conv_200.jsonl"), "--sample", "0.25",
                  "--seed", "3", "--max-prompt-tokens", "100", "--out", str(out)]) == 0
-    outcomes = read_outcomes(out / "outcomes.jsonl")
+    outcomes = read_outcomes(out / "outcomes.parquet")
     assert len(outcomes) == 50 and max(o.prompt_tokens for o in outcomes) == 100
     load = json.loads((out / "setup.json").read_text())["load"]
     assert load == {"sample": 0.25, "seed": 3, "max_prompt_tokens": 100}

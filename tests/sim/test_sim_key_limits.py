@@ -118,7 +118,7 @@ def test_the_command_line_applies_the_limit_to_a_keyed_trace(tmp_path):
          "--block-size", "4", "--max-batch", "16", "--max-streams-per-key", "2", "--quiet",
          "--out", out], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    refused = {o.id for o in read_outcomes(out / "outcomes.jsonl") if o.refused == "key_limit"}
+    refused = {o.id for o in read_outcomes(out / "outcomes.parquet") if o.refused == "key_limit"}
     assert refused == OVER_THE_LIMIT
     assert json.loads((out / "setup.json").read_text())["max_streams_per_key"] == 2
 

@@ -33,7 +33,7 @@ def replay(trace, out, bound):
          "--max-overtakes", str(bound), "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    return {o.id: o for o in read_outcomes(out / "outcomes.jsonl")}
+    return {o.id: o for o in read_outcomes(out / "outcomes.parquet")}
 
 
 @pytest.mark.parametrize("bound, admitted", [
