@@ -67,9 +67,8 @@ def _replay(args) -> int:
                        token_times=not args.no_token_times)
         (out / "summary.json").write_text(json.dumps(result.summary.as_dict(), indent=2) + "\n")
         (out / "setup.json").write_text(json.dumps(_about(args, cost, settings), indent=2) + "\n")
-        with open(out / "timeseries.jsonl", "w") as f:
-            f.writelines(result.series.json_lines())
-        print(f"wrote {out}/outcomes.parquet, summary.json, setup.json, timeseries.jsonl")
+        result.series.save(out / "timeseries.npy")
+        print(f"wrote {out}/outcomes.parquet, summary.json, setup.json, timeseries.npy")
     return 0
 
 
@@ -151,7 +150,7 @@ def parser() -> OneLineErrors:
     _replay_options(p)
     p.add_argument("--out", help="write outcomes.parquet (a row per request, as "
                    "traces.outcome.read_outcomes reads it), summary.json, setup.json, "
-                   "timeseries.jsonl here")
+                   "timeseries.npy (a row a step: np.load(path)[\"tokens\"]) here")
     p.add_argument("--no-token-times", action="store_true",
                    help="leave every token's time out of outcomes.parquet (nearly all of its "
                    "size); the summary stays exact, as it is computed from the replay, not the file")

@@ -10,6 +10,7 @@ import sys
 import termios
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sim import build_setup, load_profile, replay
@@ -54,9 +55,10 @@ def test_replay_prints_the_summary_and_writes_outcomes(trace, tmp_path):
     assert (c.admitted_s, c.left_s, c.tokens_read, c.finish_reason) == (6.0, 8.0, 2, "cancelled")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["makespan_s"] == 10.0 and summary["left"] == 1
-    rows = [json.loads(line) for line in (out / "timeseries.jsonl").read_text().splitlines()]
-    assert rows[0] == {"time_s": 1.0, "running": 1, "waiting": 1, "paused": 0,
-                       "blocks_reserved": 1, "tokens": 1}
+    series = np.load(out / "timeseries.npy")
+    assert series.dtype.names == ("time_s", "running", "waiting", "paused", "blocks_reserved",
+                                  "tokens")
+    assert series[0].tolist() == (1.0, 1, 1, 0, 1, 1)
 
 
 def test_sweep_prints_one_row_per_setting(trace):
@@ -127,7 +129,7 @@ def test_replay_takes_a_trace_of_any_format_as_its_argument(name, tmp_path, caps
 def test_the_trace_option_and_the_argument_are_the_same(trace, tmp_path, capsys):
     for how, args in (("option", ["--trace", str(trace)]), ("argument", [str(trace)])):
         assert main(["replay", *args, "--max-batch", "1", "--out", str(tmp_path / how)]) == 0
-    for name in ("outcomes.parquet", "summary.json", "setup.json", "timeseries.jsonl"):
+    for name in ("outcomes.parquet", "summary.json", "setup.json", "timeseries.npy"):
         assert (tmp_path / "option" / name).read_bytes() == (tmp_path / "argument" / name).read_bytes()
     capsys.readouterr()
     with pytest.raises(SystemExit):

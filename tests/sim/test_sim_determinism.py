@@ -8,7 +8,7 @@ from traces import SAMPLES_DIR
 from traces.outcome import read_outcomes
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ("outcomes.parquet", "summary.json", "timeseries.jsonl")
+RESULTS = ("outcomes.parquet", "summary.json", "timeseries.npy")
 
 
 def cli(package, *args):
