@@ -68,11 +68,19 @@ class BlockPool:
     def grow(self, seq_id: str, num_tokens: int) -> list[int]:
         """Extend the block table of `seq_id` to hold `num_tokens` tokens."""
         n, table = self._held[seq_id]
-        need = blocks_for(num_tokens, self.block_size)
+        need = -(-num_tokens // self.block_size)
         if need > n:
             raise InvariantBroken(f"sequence {seq_id!r} needs {need} blocks, reserved {n}")
-        while len(table) < need:
+        short = need - len(table)
+        if short == 1:  # a decode crossing into a new block: the common case
             table.append(self._free.pop())
+        elif short > 0:  # a prompt: its blocks at once, in the order pops would give
+            free = self._free
+            if short > len(free):
+                raise InvariantBroken(f"sequence {seq_id!r} needs {short} blocks more, "
+                                      f"{len(free)} are free")
+            table += free[:-short - 1:-1]
+            del free[-short:]
         return table
 
     def release(self, seq_id: str) -> None:

@@ -140,25 +140,24 @@ class Scheduler:
                 batch.changed()  # the prefilled sequences decode from the next step on
         batch.context += len(plan.decodes)
         finished, bs, full = SeqState.FINISHED, self.config.block_size, batch.full
-        new_tuple = tuple.__new__
+        new_tuple, length = tuple.__new__, FinishReason.LENGTH
         for seq, token in zip(seqs, tokens):
             if seq.state is finished:
                 raise InvariantBroken(f"step {plan.index}: sequence {seq.id!r} finished before commit")
             request = seq.request
             out = seq.output
             out.append(token)
-            seq.num_tokens += 1
             n = len(out)
+            num_tokens = seq.num_tokens = seq.num_tokens + 1
             if seq.emits_tokens:
                 # TokenEvent(...) without the named tuple's Python-level __new__: this
                 # runs for every token of every step.
                 events.append(new_tuple(TokenEvent, (request.id, n - 1, token)))
-            reason = ends.get(request.id) if ends else None
-            if reason is None and n >= request.max_new_tokens:
-                reason = FinishReason.LENGTH
-            if reason is not None:
+            if ends and (reason := ends.get(request.id)) is not None:
                 events.append(self._finish(seq, reason))
-            elif seq.num_tokens > len(seq.block_table) * bs:
+            elif n >= request.max_new_tokens:
+                events.append(self._finish(seq, length))
+            elif num_tokens > len(seq.block_table) * bs:
                 full.append(seq)
         return events
 
