@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import bench_sim  # noqa: E402
-import simpy  # noqa: E402
+from sim_trees import bare_simpy  # noqa: E402
 from traces import Resampled, generate, load_trace, write_trace  # noqa: E402
 
 CHILD_PEAK = """
@@ -37,19 +37,6 @@ sys.exit(code)
 """
 """`python -m sim` that says its own peak memory at the end (a child's ru_maxrss
 taken by the parent would be the largest of all children so far)."""
-
-
-def bare_simpy(n: int = 1_000_000) -> float:
-    """Seconds for one process to wait `n` timeouts: this machine's SimPy speed."""
-    env = simpy.Environment()
-
-    def ticks():
-        for _ in range(n):
-            yield env.timeout(1e-3)
-    env.process(ticks())
-    start = time.perf_counter()
-    env.run()
-    return time.perf_counter() - start
 
 
 def azure_like(count: int, seed: int = 0):
