@@ -17,7 +17,7 @@ from traces import SAMPLES_DIR, load_trace
 from .calibrate import cached_profile_path, calibrate
 from .compare import compare
 from .hardware import model_name
-from .live_target import LiveTarget
+from .live_target import Access, LiveTarget
 from .plots import write_plots
 from .report import rows, text_table, write_report
 from .server_info import SettingsDisagree
@@ -25,6 +25,8 @@ from .server_info import SettingsDisagree
 DEFAULT_TRACE = SAMPLES_DIR / "mixed.jsonl"
 STARTED = scoped(SHARED, SERVER)
 """The settings of a server the analysis starts: all but its address, which it picks."""
+KEY_SETTINGS = ("api_key", "api_keys_file", "admin_key")
+"""With --url, how to reach the server rather than what it must run."""
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
@@ -38,18 +40,20 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("runs/twin"), help="where reports go")
 
 
-def _server(args) -> ServeSettings | str:
+def _server(args) -> tuple[ServeSettings | str, Access]:
     """The settings to start a server with, or the URL of one running whose
-    settings agree with every serve flag given."""
+    settings agree with every serve flag given; and the keys to reach it with (for
+    a server running, the key flags say how to reach it, not what it runs)."""
     flags = given(args, ServeSettings, STARTED)
     if args.url is None:
-        return ServeSettings(**flags)
-    with LiveTarget(args.url) as target:
+        return ServeSettings(**flags), Access()  # a server started takes its keys from these
+    access = Access.of(**{name: flags.pop(name) for name in KEY_SETTINGS if name in flags})
+    with LiveTarget(args.url, access) as target:
         disagree = target.info.disagreements(flags)
     if disagree:
         raise SettingsDisagree(f"the server at {args.url} does not run what was asked: "
                                + "; ".join(disagree))
-    return args.url
+    return args.url, access
 
 
 def _positive(text: str) -> float:
@@ -65,32 +69,33 @@ def _calibration_options(p: argparse.ArgumentParser) -> None:
                    "servers much faster than a small model on a CPU, e.g. 0.25 on a GPU)")
 
 
-def _profile_key(server: ServeSettings | str) -> tuple[str, str, str]:
+def _profile_key(server: ServeSettings | str, access: Access) -> tuple[str, str, str]:
     """The hardware, model and dtype a cached profile of `server` is named after."""
     if isinstance(server, str):
-        with LiveTarget(server) as target:
+        with LiveTarget(server, access) as target:
             return target.info.hardware, target.info.model, target.info.dtype
     return hardware_name(server.device), model_name(server.model), server.dtype
 
 
-def run_calibrate(args, server: ServeSettings | str) -> int:
-    _, path = calibrate(server, args.out, time_scale=args.calibration_time_scale)
+def run_calibrate(args, server: ServeSettings | str, access: Access) -> int:
+    _, path = calibrate(server, args.out, time_scale=args.calibration_time_scale, access=access)
     print(f"profile written to {path}")
     return 0
 
 
-def run_compare(args, server: ServeSettings | str) -> int:
+def run_compare(args, server: ServeSettings | str, access: Access) -> int:
     trace = load_trace(args.trace)
     if args.profile:
         profile = load_profile(args.profile)
     else:
-        cached = cached_profile_path(*_profile_key(server))
+        cached = cached_profile_path(*_profile_key(server, access))
         if cached.exists() and not args.recalibrate:
             print(f"using the profile measured earlier on this hardware: {cached}")
             profile = load_profile(cached)
         else:
-            profile, _ = calibrate(server, args.out, time_scale=args.calibration_time_scale)
-    comparison = compare(trace, profile, server, args.out)
+            profile, _ = calibrate(server, args.out, time_scale=args.calibration_time_scale,
+                                   access=access)
+    comparison = compare(trace, profile, server, args.out, access=access)
     table = rows(comparison)
     plots = write_plots(comparison, args.out)
     info = comparison.server
@@ -128,14 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         try:
-            server = _server(args)  # before anything starts
+            server, access = _server(args)  # before anything starts
         except ValueError as exc:  # settings that cannot go together, or that a server does not run
             print(f"python -m analysis {args.command}: {exc}", file=sys.stderr)
             return 2
-        return args.func(args, server)
+        return args.func(args, server, access)
     except httpx.HTTPError as exc:
-        print(f"python -m analysis {args.command}: the server did not answer as expected: {exc}",
-              file=sys.stderr)
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        hint = (" (a server with keys: give --admin-key, and --api-key or --api-keys-file)"
+                if status in (401, 403) else "")
+        print(f"python -m analysis {args.command}: the server did not answer as expected: "
+              f"{str(exc).splitlines()[0]}{hint}", file=sys.stderr)
         return 2
 
 

@@ -16,7 +16,7 @@ from sim import Profile, build_profile, save_profile
 from traces import TraceRequest
 
 from .hardware import profile_name, short_dtype
-from .live_target import live_target
+from .live_target import Access, live_target
 from .workloads import calibration_workload
 
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
@@ -29,21 +29,22 @@ def cached_profile_path(hardware: str, model: str, dtype: str) -> Path:
 
 def calibrate(server: ServeSettings | str, out_dir: Path,
               workload: list[TraceRequest] | None = None, log=print,
-              time_scale: float = 1.0) -> tuple[Profile, Path]:
-    """`server`: the settings to start one with, or the URL of one running.
-    `time_scale` packs the default workload's arrivals closer (see
+              time_scale: float = 1.0, access: Access = Access()) -> tuple[Profile, Path]:
+    """`server`: the settings to start one with, or the URL of one running (reached
+    with `access`). `time_scale` packs the default workload's arrivals closer (see
     `calibration_workload`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with live_target(server, out_dir / "calibration-server.log") as target:
+    with live_target(server, out_dir / "calibration-server.log", access) as target:
         info = target.info
         workload = workload or calibration_workload(
             info.scheduler["max_batch"], time_scale=time_scale,
             max_model_len=info.scheduler["max_model_len"])
         log(f"calibrating: {info.model} on {info.hardware} ({info.device}, {info.dtype}) at "
             f"{target.url}, {len(workload)} requests")
-        live_replay(target.url, WARMUP)  # first steps pay one-off allocation costs
+        keys = target.access.replay_options()
+        live_replay(target.url, WARMUP, **keys)  # first steps pay one-off allocation costs
         mark = target.last_step()
-        result = live_replay(target.url, workload)
+        result = live_replay(target.url, workload, **keys)
         steps = target.steps_after(mark)
     if not steps:
         raise RuntimeError(f"the server at {target.url} recorded no step during the calibration")

@@ -19,7 +19,7 @@ from traces.outcome import RequestOutcome, write_outcomes
 from traces.summary import Summary
 
 from .live_series import series_from_steps
-from .live_target import live_target
+from .live_target import Access, live_target
 from .server_info import ServerInfo
 
 
@@ -40,15 +40,17 @@ class Comparison:
 
 
 def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings | str,
-            out_dir: Path, log=print) -> Comparison:
-    """`server`: the settings to start one with, or the URL of one running."""
+            out_dir: Path, log=print, access: Access = Access()) -> Comparison:
+    """`server`: the settings to start one with, or the URL of one running (reached
+    with `access`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with live_target(server, out_dir / "live-server.log") as target:
+    with live_target(server, out_dir / "live-server.log", access) as target:
         info = target.info
         log(f"live: replaying {len(trace)} requests against {target.url}")
         mark, finished_mark = target.last_step(), target.last_request()
         prefix = f"twin-{secrets.token_hex(4)}-"  # another run's names never clash with these
-        result = live_replay(target.url, trace, request_id_prefix=prefix)
+        result = live_replay(target.url, trace, request_id_prefix=prefix,
+                             **target.access.replay_options())
         steps = target.steps_after(mark)
         records = [r for r in target.requests_after(finished_mark) if r["id"].startswith(prefix)]
         unrecorded = add_engine_view(result.outcomes, records, prefix, result.started_unix)

@@ -9,6 +9,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -16,18 +17,44 @@ import httpx
 from live.client.launch import launched
 from scheduler.flags import as_argv
 from scheduler.settings import ServeSettings
+from traces.names import named_keys, read_key_file
 
 from .server_info import ServerInfo
 
 CLOCK_PROBES = 5
 
 
+@dataclass(frozen=True)
+class Access:
+    """The keys the analysis uses on a server with keys: the admin key for its
+    records, each key name's secret for the requests of a trace that name one, and
+    the first client key for those that name none (the calibration's)."""
+
+    admin_key: str | None = None
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, api_key: tuple[str, ...] = (), api_keys_file: str | None = None,
+           admin_key: str | None = None) -> Access:
+        """From the settings that give a server its keys, read as the server reads them."""
+        entries = list(api_key) + (read_key_file(api_keys_file) if api_keys_file else [])
+        return cls(admin_key, named_keys(entries))
+
+    def replay_options(self) -> dict:
+        """The load generator's options that send these keys."""
+        return {"keys": self.keys, "api_key": next(iter(self.keys.values()), None),
+                "admin_key": self.admin_key}
+
+
 class LiveTarget:
-    def __init__(self, url: str, timeout_s: float = 60.0):
+    def __init__(self, url: str, access: Access = Access(), timeout_s: float = 60.0):
         self.url = url.rstrip("/")
+        self.access = access
+        admin = {"Authorization": f"Bearer {access.admin_key}"} if access.admin_key else None
         # trust_env off, as in the load generator: no proxy from the environment
         # between the analysis and the server it measures
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, trust_env=False)
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, trust_env=False,
+                                  headers=admin)
         self.info, self.clock_offset_s = self._probe()
 
     def describe(self) -> ServerInfo:
@@ -102,10 +129,15 @@ class LiveTarget:
 
 
 @contextlib.contextmanager
-def live_target(server: ServeSettings | str, log_path: Path) -> Iterator[LiveTarget]:
-    """`server` is the settings to start one with (its output goes to `log_path`),
-    or the URL of one already running, which is left running."""
+def live_target(server: ServeSettings | str, log_path: Path,
+                access: Access = Access()) -> Iterator[LiveTarget]:
+    """`server` is the settings to start one with (its output goes to `log_path`,
+    its keys are those the settings give), or the URL of one already running, which
+    is left running and reached with `access`."""
     with contextlib.ExitStack() as stack:
-        url = server if isinstance(server, str) else stack.enter_context(
-            launched(as_argv(server), log=log_path)).url
-        yield stack.enter_context(LiveTarget(url))
+        if isinstance(server, str):
+            url = server
+        else:
+            url = stack.enter_context(launched(as_argv(server), log=log_path)).url
+            access = Access.of(server.api_key, server.api_keys_file, server.admin_key)
+        yield stack.enter_context(LiveTarget(url, access))

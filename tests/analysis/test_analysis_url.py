@@ -111,6 +111,39 @@ def test_calibrate_then_compare_against_a_running_server(server, tmp_path, monke
     assert_whole(server)
 
 
+def test_a_server_with_keys_is_calibrated_and_compared_with_them(tmp_path, smollm2):
+    """The key flags say how to reach a running server, not what it runs: the
+    records come with the admin key, the requests with the client keys."""
+    model_dir = save_tiny_llama(tmp_path / "tiny-llama", smollm2.tokenizer)
+    (tmp_path / "keys").write_text("team:team-secret\n")
+    settings = ServeSettings(model=str(model_dir), max_batch=4, num_blocks=128, block_size=16,
+                             api_keys_file=str(tmp_path / "keys"), admin_key="admin-secret")
+    with ServerThread(settings) as running:
+        url = running.base_url
+        keys = ["--api-keys-file", str(tmp_path / "keys"), "--admin-key", "admin-secret"]
+        trace = mixed_trace()
+        write_trace(tmp_path / "trace.jsonl", trace)
+        refused = run_analysis("compare", "--url", url, "--trace", str(tmp_path / "trace.jsonl"),
+                               "--out", str(tmp_path / "none"), cache=tmp_path / "cache")
+        assert refused.returncode == 2 and "401 Unauthorized" in refused.stderr
+        assert "give --admin-key" in refused.stderr
+        out = run_analysis("calibrate", "--url", url, *keys, "--calibration-time-scale", "0.1",
+                           "--out", str(tmp_path / "cal"), cache=tmp_path / "cache")
+        assert out.returncode == 0, out.stderr[-3000:]
+        out = run_analysis("compare", "--url", url, *keys, "--max-batch", "4",
+                           "--trace", str(tmp_path / "trace.jsonl"), "--out", str(tmp_path / "cmp"),
+                           cache=tmp_path / "cache")
+        assert out.returncode == 0, out.stderr[-3000:]
+        figures = json.loads((tmp_path / "cmp" / "figures.json").read_text())
+        assert figures["completed"]["live"] == figures["completed"]["sim"] == 8
+        admin = {"x-api-key": "admin-secret"}
+        records = [json.loads(line) for line in
+                   httpx.get(url + "/v1/requests", headers=admin).text.splitlines()]
+        assert records and {r["key"] for r in records} == {"team"}
+        idle = wait_idle(url, admin)
+        assert idle["blocks_free"] == idle["num_blocks"] == 128
+
+
 def test_serve_flags_the_server_does_not_run_are_refused(server, tmp_path):
     url = server.base_url
     before, served = last_step(url), stats(url)["finished"]
