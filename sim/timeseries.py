@@ -2,6 +2,7 @@
 something): what the core holds and how many tokens the step made."""
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,15 +12,26 @@ COLUMNS = ("time_s", "running", "waiting", "paused", "blocks_reserved", "tokens"
 DTYPE = np.dtype([(column, "f8" if column == "time_s" else "i8") for column in COLUMNS])
 
 
+def _floats() -> array:
+    return array("d")
+
+
+def _counts() -> array:
+    return array("q")
+
+
 @dataclass
 class TimeSeries:
-    time_s: list[float] = field(default_factory=list)
+    """Columns of machine numbers (8 bytes a value, not a Python object each): a
+    replay of a million requests has tens of millions of steps."""
+
+    time_s: array = field(default_factory=_floats)
     """When the step ended."""
-    running: list[int] = field(default_factory=list)
-    waiting: list[int] = field(default_factory=list)
-    paused: list[int] = field(default_factory=list)
-    blocks_reserved: list[int] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
+    running: array = field(default_factory=_counts)
+    waiting: array = field(default_factory=_counts)
+    paused: array = field(default_factory=_counts)
+    blocks_reserved: array = field(default_factory=_counts)
+    tokens: array = field(default_factory=_counts)
     """Tokens the step made."""
 
     def record(self, time_s: float, running: int, waiting: int, paused: int,
@@ -39,7 +51,7 @@ class TimeSeries:
         a row a step, hundreds of thousands of them, written at once."""
         table = np.empty(len(self.time_s), dtype=DTYPE)
         for column in COLUMNS:
-            table[column] = getattr(self, column)
+            table[column] = np.frombuffer(getattr(self, column), dtype=DTYPE[column])
         np.save(path, table)
 
     def rows(self) -> list[dict]:

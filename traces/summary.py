@@ -140,15 +140,26 @@ def _done_s(o: RequestOutcome) -> float:
     return max(t for t in (o.arrival_s, o.headers_s, o.finish_s, o.left_s) if t is not None)
 
 
+GAP_BATCH = 4096
+"""Streams whose gaps are taken at once: a batch's token times are the only copy
+made beside the pooled gaps, however many tokens a replay made."""
+
+
 def _gaps(outcomes: list[RequestOutcome]) -> tuple[np.ndarray, np.ndarray]:
-    """Every stream's inter-token gaps, pooled: the differences of all token times
-    laid end to end, less those that span two streams; and where each stream's
-    gaps begin among them."""
+    """Every stream's inter-token gaps, pooled: the differences of each stream's
+    token times, laid end to end; and where each stream's gaps begin among them."""
     streams = [o.token_times_s for o in outcomes if len(o.token_times_s) > 1]
-    lengths = np.array([len(times) for times in streams], dtype=np.int64)
-    times = np.fromiter(chain.from_iterable(streams), dtype=float, count=int(lengths.sum()))
-    firsts = np.concatenate(([0], np.cumsum(lengths - 1)[:-1])) if streams else lengths
-    return np.delete(np.diff(times), np.cumsum(lengths)[:-1] - 1), firsts
+    counts = np.array([len(times) - 1 for times in streams], dtype=np.int64)
+    firsts = np.concatenate(([0], np.cumsum(counts)[:-1])) if streams else counts
+    gaps = np.empty(int(counts.sum()))
+    for start in range(0, len(streams), GAP_BATCH):
+        batch = streams[start:start + GAP_BATCH]
+        lengths = counts[start:start + GAP_BATCH] + 1
+        times = np.fromiter(chain.from_iterable(batch), dtype=float, count=int(lengths.sum()))
+        at = firsts[start] if len(firsts) else 0
+        gaps[at:at + int(lengths.sum()) - len(batch)] = np.delete(
+            np.diff(times), np.cumsum(lengths)[:-1] - 1)
+    return gaps, firsts
 
 
 def _percentiles(values, qs: tuple[int, ...]) -> list[float | None]:

@@ -57,9 +57,9 @@ def test_pause_keeps_slot_and_blocks_then_resumes():
     assert o.token_times_s == [0.25, 1.125, 2.0, 2.875, 3.75, 4.625, 5.5, 6.375]
     assert (o.finish_s, o.finish_reason, o.tokens_generated) == (7.25, "length", 8)
     series = result.series
-    assert series.time_s == [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.5, 4.0, 4.25]
-    assert series.paused == [0, 0, 0, 0, 0, 0, 1, 0, 0]
-    assert series.tokens == [1, 1, 1, 1, 1, 1, 0, 1, 1]
+    assert series.time_s.tolist() == [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.5, 4.0, 4.25]
+    assert series.paused.tolist() == [0, 0, 0, 0, 0, 0, 1, 0, 0]
+    assert series.tokens.tolist() == [1, 1, 1, 1, 1, 1, 0, 1, 1]
 
 
 def test_naive_makes_every_stream_wait_for_the_slowest_reader():

@@ -29,8 +29,8 @@ def test_second_request_waits_for_the_first_with_one_batch_slot():
     s = result.summary
     assert (s.makespan_s, s.ttft_client_p50_s, s.gap_p99_s, s.throughput_tok_s) == (6, 2.5, 1, 1)
     assert (s.peak_running, s.peak_waiting, s.peak_blocks_reserved) == (1, 1, 1)
-    assert result.series.time_s == [1, 2, 3, 4, 5, 6]
-    assert result.series.waiting == [1, 1, 1, 0, 0, 0]
+    assert result.series.time_s.tolist() == [1, 2, 3, 4, 5, 6]
+    assert result.series.waiting.tolist() == [1, 1, 1, 0, 0, 0]
 
 
 def test_request_overhead_and_delivery_delay():

@@ -1,6 +1,9 @@
 """The one summary of per-request outcomes that the simulator, the live load
 generator and the comparison all use: exact figures from hand-made outcomes."""
+import numpy as np
 import pytest
+
+import traces.summary
 
 from sim import TimeSeries, summarize_replay
 from traces.outcome import RequestOutcome
@@ -46,6 +49,20 @@ def test_gaps_never_span_two_streams():
     # gaps: 1 (a), 0.5 (b); c has none
     assert (s.gap_p50_s, s.gap_p99_s) == (0.75, pytest.approx(0.995))
     assert (s.stall_p50_s, s.stall_p99_s) == (0.75, pytest.approx(0.995))
+
+
+def test_gaps_taken_in_batches_of_streams_are_those_taken_at_once(monkeypatch):
+    rng = np.random.default_rng(5)
+    streams = [outcome(str(i), 0.0, sorted(rng.uniform(0, 9, rng.integers(0, 7)).tolist()), 9.0,
+                       "length", 6) for i in range(41)]
+    gaps = [b - a for o in streams for a, b in zip(o.token_times_s, o.token_times_s[1:])]
+    stalls = [max(b - a for a, b in zip(o.token_times_s, o.token_times_s[1:]))
+              for o in streams if len(o.token_times_s) > 1]
+    whole = summarize(streams)
+    assert (whole.gap_p50_s, whole.gap_p99_s) == tuple(np.percentile(gaps, (50, 99)))
+    assert (whole.stall_p50_s, whole.stall_p99_s) == tuple(np.percentile(stalls, (50, 99)))
+    monkeypatch.setattr(traces.summary, "GAP_BATCH", 4)  # 41 streams in 11 batches
+    assert summarize(streams) == whole
 
 
 def test_makespan_ends_when_the_last_client_is_done_with_its_request():
