@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -19,8 +18,6 @@ from traces.names import check_secret, named_keys, read_key_file
 
 from .replies import envelope_for, refuse
 from .validation import ErrorKind, RequestError
-
-log = logging.getLogger("twinstep.server")
 
 KEY = "key"
 """Where the guard leaves the name of a request's client key, in its scope state
