@@ -161,6 +161,46 @@ class Scheduler:
                 full.append(seq)
         return events
 
+    def steady(self) -> tuple[int, int, int] | None:
+        """For a driver that makes no real tokens (a simulator): if the next steps
+        would each decode the same batch and nothing else (no wish, nothing waiting,
+        no prompt chunk, blocks grown within reservations, and every sequence's
+        tokens read from the plans, `emits_tokens` off), the batch's size, the next
+        step's context, and how many such steps can come before one finishes a
+        sequence. None otherwise."""
+        batch = self._batch
+        seqs = batch.seqs
+        if (not seqs or self._waiting or self._prefills.chunking or self.admission.preempts
+                or self.inbox.has_wishes()):
+            return None
+        room = None
+        for seq in seqs:
+            if seq.emits_tokens:
+                return None
+            left = seq.request.max_new_tokens - len(seq.output) - 1  # its last token ends it
+            room = left if room is None or left < room else room
+        return len(seqs), batch.context, room
+
+    def commit_steady(self, steps: int, token: int = 0) -> None:
+        """Record `steps` steps of the steady batch (`steady`) at once, each a token
+        `token` for every sequence: what as many plans and commits of those decodes
+        would record, the events they would make being none."""
+        batch, pool, bs = self._batch, self.pool, self.config.block_size
+        for seq in batch.full:  # as the first step's plan grows them
+            pool.grow(seq.id, seq.num_tokens)
+        batch.full.clear()
+        for seq in batch.seqs:
+            seq.output.extend([token] * steps)
+            n = seq.num_tokens = seq.num_tokens + steps
+            # as the last step's plan left it: holding the tokens before the last,
+            # and full (to grow at the next plan) if the last is beyond its blocks
+            if n - 1 > len(seq.block_table) * bs:
+                pool.grow(seq.id, n - 1)
+            if n > len(seq.block_table) * bs:
+                batch.full.append(seq)
+        batch.context += steps * len(batch.seqs)
+        self._steps += steps
+
     # -- state ----------------------------------------------------------------
 
     def snapshot(self) -> CoreSnapshot:

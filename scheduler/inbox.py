@@ -61,6 +61,11 @@ class Inbox:
             self._pending_submits = 0
             return wishes
 
+    def has_wishes(self) -> bool:
+        """Whether a wish waits, without the lock: one recorded meanwhile is seen at
+        the next look, as `take` sees it."""
+        return bool(self._wishes)
+
     def set_waiting(self, n: int) -> None:
         """The core tells the inbox how many requests wait, for the waiting limit
         (every step: only a change takes the lock)."""

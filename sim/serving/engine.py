@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import simpy
 
-from scheduler import FinishReason, Scheduler, StepPlan
+from scheduler import FinishReason, PlanFeatures, Scheduler, StepPlan
 
 from ..cost_model import CostModel
 from ..timeseries import TimeSeries
@@ -36,6 +36,8 @@ class SimEngine:
         # step's events are delivered and every stream's queue is empty.
         engine_waits = hub.engine_waits
         wait_delivery = hub.overheads.delivery_s if engine_waits else 0.0
+        # steady runs need each step delivered as it ends, and no token to look at
+        runs = not engine_waits and not hub.overheads.delivery_s and not self.stops_early
         while True:
             while engine_waits and hub.backlogged:
                 yield hub.until_drained()
@@ -67,10 +69,43 @@ class SimEngine:
             if plan.prefills:
                 hub.prefilled(plan.prefills, now)
             hub.committed(events, now)
+            if runs and not hub.backlogged:
+                self._steady_run(hub)
             if wait_delivery:
                 end = self._end_of(wait_delivery)
                 if end is not None:
                     yield end
+
+    def _steady_run(self, hub: Hub) -> None:
+        """The steps that would each decode the same batch (`Scheduler.steady`) and
+        end before anything else happens, taken at once: each step's cost, end,
+        time-series row and delivery time as the loop would record them, with no
+        plan, no commit and no event a step (none of them would make one). They stop
+        before a sequence would finish or need a block, before an instant reader's
+        leaving token, and before the next event due (an arrival, a read, a timer)."""
+        steady = self.core.steady()
+        if steady is None:
+            return
+        batch, context, room = steady
+        env, core, cost = self.env, self.core, self.cost
+        step_times, record = hub.step_times, self.series.record
+        room = min(room, hub.steps_before_a_leave())
+        due = env.peek()
+        paused = core.num_paused
+        running, waiting, reserved = core.num_admitted - paused, core.num_waiting, core.pool.reserved_blocks
+        now, steps = env.now, 0
+        while steps < room:
+            end = now + cost.cost(PlanFeatures(0, 0, 0, batch, context))
+            if not due > end:
+                break
+            now = end
+            steps += 1
+            context += batch
+            record(now, running, waiting, paused, reserved, batch)
+            step_times.append(now)
+        if steps:
+            env._now = now
+            core.commit_steady(steps)
 
     def _end_of(self, delay: float) -> simpy.Timeout | None:
         """What to wait for until `delay` from now: a timeout, or nothing when no

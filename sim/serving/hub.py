@@ -207,6 +207,10 @@ class Hub:
             for client in list(backlogged):
                 self._decide(client, now)
 
+    def steps_before_a_leave(self) -> float:
+        """How many of the next steps deliver no instant reader's leaving token."""
+        return min(self.leaving, default=math.inf) - len(self.step_times)
+
     def until_drained(self) -> simpy.Event:
         """An event that fires when no server-side queue holds anything."""
         self._drained = self.env.event()
