@@ -31,7 +31,6 @@ class SimEngine:
 
     def run(self, hub: Hub):
         env, core, cost = self.env, self.core, self.cost
-        pool, record = core.pool, self.series.record
         # A naive server awaits each write: the next step starts only once this
         # step's events are delivered and every stream's queue is empty.
         engine_waits = hub.engine_waits
@@ -61,9 +60,7 @@ class SimEngine:
                 yield end
             events = core.commit(plan, [0] * n, self._eos(plan) if self.stops_early else None)
             now = env.now
-            paused = core.num_paused
-            record(now, core.num_admitted - paused, core.num_waiting, paused,
-                   pool.reserved_blocks, n)
+            self._record(n)
             if plan.admitted:
                 hub.admitted(plan.admitted, start)
             if plan.prefills:
