@@ -6,15 +6,11 @@ steadily is never cut. Over HTTP/2 the cut resets that one stream, and the
 connection goes on. Readers stall for real: a small receive buffer (or no HTTP/2
 credit), and events padded so that the buffers fill after a few."""
 import json
-import socket
 
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 
+from h2_client import H2Client
 from scheduler.settings import ServeSettings
-from live.client.sse_parser import SSEEvent, SSEParser
 from live_server import (PacedRunner, RawStream, running_server, stats, tiny_app, wait_for,
                          wait_idle)
 
@@ -92,81 +88,26 @@ def test_a_reader_that_reads_slowly_but_steadily_is_not_cut():
     assert engine.core.is_drained()
 
 
-class H2Connection:
-    """One HTTP/2 connection over a plain socket that grants credit to each stream
-    as it reads it, except to the streams posted with `stall`, which get none (the
-    connection's window is still given back, so that their siblings flow)."""
-
-    def __init__(self, base_url: str):
-        self.authority = base_url.removeprefix("http://")
-        host, port = self.authority.split(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        self.conn.initiate_connection()
-        self.sock.sendall(self.conn.data_to_send())
-        self.stalled: set[int] = set()
-        self.body: dict[int, bytes] = {}
-        self.ended: set[int] = set()
-        self.reset: set[int] = set()
-
-    def post(self, body: dict, stall: bool = False) -> int:
-        stream_id = self.conn.get_next_available_stream_id()
-        payload = json.dumps(body).encode()
-        self.conn.send_headers(stream_id, [
-            (":method", "POST"), (":path", "/v1/stream"), (":scheme", "http"),
-            (":authority", self.authority), ("content-type", "application/json"),
-            ("content-length", str(len(payload)))])
-        self.conn.send_data(stream_id, payload, end_stream=True)
-        self.sock.sendall(self.conn.data_to_send())
-        self.body[stream_id] = b""
-        if stall:
-            self.stalled.add(stream_id)
-        return stream_id
-
-    def read_until_ended(self, stream_id: int) -> None:
-        while stream_id not in self.ended:
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("the server closed the connection")
-            for event in self.conn.receive_data(data):
-                if isinstance(event, h2.events.DataReceived):
-                    self.body[event.stream_id] += event.data
-                    if event.stream_id in self.stalled:
-                        self.conn.increment_flow_control_window(event.flow_controlled_length)
-                    else:
-                        self.conn.acknowledge_received_data(event.flow_controlled_length,
-                                                            event.stream_id)
-                elif isinstance(event, h2.events.StreamEnded):
-                    self.ended.add(event.stream_id)
-                elif isinstance(event, h2.events.StreamReset):
-                    self.ended.add(event.stream_id)
-                    self.reset.add(event.stream_id)
-            self.sock.sendall(self.conn.data_to_send())
-
-    def events(self, stream_id: int) -> list[str]:
-        return [e.event for e in SSEParser().feed(self.body[stream_id])
-                if isinstance(e, SSEEvent)]
-
-
 def test_over_http2_a_cut_resets_its_stream_and_the_connection_goes_on():
     app, engine = tiny_app(ServeSettings(http2=True, policy="drop", stall_timeout_s=1.0,
                                          event_padding=PADDING))
     with running_server(app) as url:
-        client = H2Connection(url)
-        stalled = client.post({"prompt": "no credit", "max_new_tokens": 20}, stall=True)
-        sibling = client.post({"prompt": "reads", "max_new_tokens": 20})
-        client.read_until_ended(sibling)
-        client.read_until_ended(stalled)
+        client = H2Client(url)
+        stalled = client.post("/v1/stream", {"prompt": "no credit", "max_new_tokens": 20},
+                              stall=True)
+        sibling = client.post("/v1/stream", {"prompt": "reads", "max_new_tokens": 20})
+        client.read_to_end(sibling)
+        client.read_to_end(stalled)
         after_cut = stats(url)
         # the same connection still serves a new stream
-        again = client.post({"prompt": "after the cut", "max_new_tokens": 5})
-        client.read_until_ended(again)
-        client.sock.close()
+        again = client.post("/v1/stream", {"prompt": "after the cut", "max_new_tokens": 5})
+        client.read_to_end(again)
+        client.drop()
         after = wait_idle(url)
-    assert client.reset == {stalled}
-    assert "done" not in client.events(stalled)
-    assert client.events(sibling) == ["start"] + ["token"] * 20 + ["done"]
-    assert client.events(again) == ["start"] + ["token"] * 5 + ["done"]
+    assert client.reset_by_server == {stalled}
+    assert "done" not in client.event_names(stalled)
+    assert client.event_names(sibling) == ["start"] + ["token"] * 20 + ["done"]
+    assert client.event_names(again) == ["start"] + ["token"] * 5 + ["done"]
     assert after_cut["readers_cut"] == 1 and after_cut["finished"] == {"length": 2}
     assert after["finished"] == {"length": 3} and after["blocks_free"] == after["num_blocks"]
     assert engine.core.is_drained()
