@@ -16,7 +16,7 @@ from scheduler.settings import ServeSettings
 from sim import Profile, TimeSeries, build_setup, replay as sim_replay, summarize_replay
 from traces import TraceRequest
 from traces.outcome import RequestOutcome, write_outcomes
-from traces.summary import Summary
+from traces.summary import Summary, Tally
 
 from .live_series import series_from_steps
 from .live_target import Access, live_target
@@ -61,7 +61,7 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
                            f"the tokens it made, and wasted, are unknown")
     live_series = series_from_steps(steps, result.started_unix)
     live = Side(result.outcomes, live_series, summarize_replay(
-        result.outcomes, live_series, preemptions=sum(r["preemptions"] for r in records),
+        Tally.of(result.outcomes), live_series, preemptions=sum(r["preemptions"] for r in records),
         recomputed_tokens=sum(r["recomputed_tokens"] for r in records)))
     log("sim: replaying the same trace on the virtual clock")
     setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from .profile import CPU_SMOLLM2, build_profile, load_profile, save_profile
 from .progress import ReplayBar, SweepBar, wanted
 from .replay import replay
 from .settings import DEFAULT_POOL, SimSettings, build_setup, replay_settings
+from .timeseries import TimeSeries
 from .sweep import format_sweep, parse_param, sweep, write_sweep
 from .summary import format_refusals, refusal_advice
 
@@ -41,16 +43,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _replay(args) -> int:
+    """The records go to their files as the replay makes them, so that its memory is
+    what is in flight, not what the trace holds."""
     trace, cost, settings = _inputs(args)
     setup = build_setup(cost, **settings)
-    if wanted(args.quiet):
-        bar = ReplayBar(len(trace))
-        try:
-            result = replay(trace, setup, progress=bar)
-        finally:
-            bar.close()
-    else:
-        result = replay(trace, setup)
+    out = Path(args.out) if args.out else None
+    bar = ReplayBar(len(trace)) if wanted(args.quiet) else None
+    with ExitStack() as files:
+        if out is None:
+            records, series = _discard, TimeSeries.tallied()
+        else:
+            from traces.outcome import OutcomeWriter
+
+            out.mkdir(parents=True, exist_ok=True)
+            writer = files.enter_context(OutcomeWriter(out / "outcomes.parquet",
+                                                       token_times=not args.no_token_times))
+            records, series = writer.write, TimeSeries.written(out / "timeseries.npy")
+            files.callback(series.close)
+        if bar is not None:
+            files.callback(bar.close)
+        result = replay(trace, setup, progress=bar, records=records, series=series)
     print(format_summary(result.summary))
     if result.refusals:
         print(format_refusals(result.refusals))
@@ -58,18 +70,15 @@ def _replay(args) -> int:
     advice = refusal_advice(result.summary, result.refusals)
     if advice:
         print(advice)
-    if args.out:
-        from traces.outcome import write_outcomes
-
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_outcomes(out / "outcomes.parquet", result.outcomes,
-                       token_times=not args.no_token_times)
+    if out is not None:
         (out / "summary.json").write_text(json.dumps(result.summary.as_dict(), indent=2) + "\n")
         (out / "setup.json").write_text(json.dumps(_about(args, cost, settings), indent=2) + "\n")
-        result.series.save(out / "timeseries.npy")
         print(f"wrote {out}/outcomes.parquet, summary.json, setup.json, timeseries.npy")
     return 0
+
+
+def _discard(outcome) -> None:
+    """Records nobody asked for: the summary has what it needs of each."""
 
 
 def _sweep(args) -> int:
@@ -148,9 +157,10 @@ def parser() -> OneLineErrors:
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("replay", help="replay a trace and print its summary")
     _replay_options(p)
-    p.add_argument("--out", help="write outcomes.parquet (a row per request, as "
-                   "traces.outcome.read_outcomes reads it), summary.json, setup.json, "
-                   "timeseries.npy (a row a step: np.load(path)[\"tokens\"]) here")
+    p.add_argument("--out", help="write outcomes.parquet (a row per request, in the order "
+                   "the requests ended, as traces.outcome.read_outcomes reads it), summary.json, "
+                   "setup.json, timeseries.npy (a row a step: np.load(path)[\"tokens\"]) here, "
+                   "as the replay goes")
     p.add_argument("--no-token-times", action="store_true",
                    help="leave every token's time out of outcomes.parquet (nearly all of its "
                    "size); the summary stays exact, as it is computed from the replay, not the file")

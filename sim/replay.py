@@ -10,9 +10,9 @@ import simpy
 from scheduler import Scheduler
 from traces.outcome import RequestOutcome
 from traces.record import TraceRequest
-from traces.summary import Summary
+from traces.summary import Summary, Tally
 
-from .serving.client import SimClient
+from .serving.client import SimClient, check_reader
 from .serving.engine import SimEngine
 from .serving.hub import Hub
 from .settings import ReplaySetup
@@ -23,7 +23,7 @@ from .timeseries import TimeSeries
 @dataclass
 class Replay:
     outcomes: list[RequestOutcome]
-    """In trace order."""
+    """In trace order; empty when they went to `replay`'s `records` instead."""
     series: TimeSeries
     summary: Summary
     steps: int
@@ -46,7 +46,11 @@ times; it must end."""
 
 Progress = Callable[[float, int], None]
 """Told now and then the simulated time and how many requests have finished
-(refused, left, or read to their last event)."""
+(refused, left, or read to their last event, and ended in the engine)."""
+
+Records = Callable[[RequestOutcome], None]
+"""Given each request's outcome once it is whole, in the order the requests end
+(for example `OutcomeWriter.write`)."""
 
 PROGRESS_TICKS = 200
 """Progress is told about this many times per trace span, fewer as a long drain
@@ -54,64 +58,73 @@ goes on: a few hundred wakes whatever the trace."""
 
 
 def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = None,
-           progress: Progress | None = None) -> Replay:
+           progress: Progress | None = None, *, records: Records | None = None,
+           series: TimeSeries | None = None) -> Replay:
+    """Replay `trace`. The outcomes are kept in memory unless `records` takes each
+    as it is whole, and the engine's rows unless `series` (by default one in memory)
+    is written or only tallied: then the replay holds only what is in flight, and
+    its summary is the same to the bit."""
     started = time.perf_counter()
     ids = [r.id for r in trace]
     if len(set(ids)) != len(ids):
         raise ValueError("request ids in a trace must be unique")
+    for r in trace:
+        check_reader(r)
     env = simpy.Environment()
     core = Scheduler(setup.config)
-    series = TimeSeries()
-    engine = SimEngine(env, core, setup.cost, series,
-                       stops_early=setup.max_tokens_factor > 1)
-    hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake,
-              resume_grace_s=setup.resume_grace_s, max_tokens_factor=setup.max_tokens_factor)
-    clients = [SimClient(env, r, hub, setup.overheads) for r in trace]
-    arriving = sorted(clients, key=lambda c: c.request.arrival_s)
-    env.process(_arrivals(env, arriving))
-    env.process(engine.run(hub))
-    if probe is not None:
-        env.process(probe(env, core))
-    if progress is not None and arriving:
-        env.process(_tell_progress(env, arriving, progress))
-    env.run()
-    if not core.is_drained():
-        raise ReplayNotDrained(f"the core is not drained after the replay: {core.snapshot()}")
-    stuck = [c.request.id for c in clients if not c.done]
-    if stuck:
-        raise ReplayNotDrained(f"{len(stuck)} clients never saw their stream end, e.g. {stuck[:5]}")
-    outcomes = [c.outcome for c in clients]
-    summary = summarize_replay(outcomes, series, preemptions=core.preemptions,
-                               recomputed_tokens=core.recomputed_tokens)
-    return Replay(outcomes, series, summary, core.snapshot().step, hub.events_discarded,
-                  time.perf_counter() - started, refusals_by_reason(outcomes))
+    series = TimeSeries() if series is None else series
+    kept: list[RequestOutcome] = []
+    in_flight: dict[str, SimClient] = {}
+    with Tally() as tally:
+        def settled(client: SimClient) -> None:
+            del in_flight[client.request.id]
+            tally.add(client.outcome)
+            (kept.append if records is None else records)(client.outcome)
+
+        engine = SimEngine(env, core, setup.cost, series, stops_early=setup.max_tokens_factor > 1)
+        hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake, settled,
+                  resume_grace_s=setup.resume_grace_s, max_tokens_factor=setup.max_tokens_factor)
+        arriving = sorted(trace, key=lambda r: r.arrival_s)
+        env.process(_arrivals(env, arriving, hub, setup, in_flight))
+        env.process(engine.run(hub))
+        if probe is not None:
+            env.process(probe(env, core))
+        if progress is not None and arriving:
+            env.process(_tell_progress(env, arriving[-1].arrival_s, tally, progress))
+        env.run()
+        if not core.is_drained():
+            raise ReplayNotDrained(f"the core is not drained after the replay: {core.snapshot()}")
+        if in_flight:
+            raise ReplayNotDrained(f"{len(in_flight)} requests never ended, e.g. "
+                                   f"{list(in_flight)[:5]}")
+        summary = summarize_replay(tally, series, preemptions=core.preemptions,
+                                   recomputed_tokens=core.recomputed_tokens)
+    if kept:
+        position = {r.id: i for i, r in enumerate(trace)}
+        kept.sort(key=lambda o: position[o.id])
+    return Replay(kept, series, summary, core.snapshot().step, hub.events_discarded,
+                  time.perf_counter() - started, refusals_by_reason(tally.refusals))
 
 
-def _arrivals(env: simpy.Environment, clients: list[SimClient]):
-    for client in clients:
-        delay = client.request.arrival_s - env.now
+def _arrivals(env: simpy.Environment, arriving: list[TraceRequest], hub: Hub,
+              setup: ReplaySetup, in_flight: dict[str, SimClient]):
+    """Each request's client, made when it arrives."""
+    for request in arriving:
+        delay = request.arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
+        client = in_flight[request.id] = SimClient(env, request, hub, setup.overheads)
         env.process(client.run())
 
 
-def _tell_progress(env: simpy.Environment, arriving: list[SimClient], progress: Progress):
+def _tell_progress(env: simpy.Environment, last_arrival_s: float, tally: Tally,
+                   progress: Progress):
     """Wakes every 1/PROGRESS_TICKS of the trace's span (or of the time simulated so
-    far, once that is longer), looks only at clients in flight, and ends when nothing
-    else is left to happen. It changes nothing, so the replay is the same without it."""
-    span = max(arriving[-1].request.arrival_s, 1.0)
-    upcoming = iter(arriving)
-    next_client = next(upcoming, None)
-    in_flight: list[SimClient] = []
-    finished = 0
+    far, once that is longer) and ends when nothing else is left to happen. It
+    changes nothing, so the replay is the same without it."""
+    span = max(last_arrival_s, 1.0)
     while True:
         yield env.timeout(max(span, env.now) / PROGRESS_TICKS)
-        while next_client is not None and next_client.request.arrival_s <= env.now:
-            in_flight.append(next_client)
-            next_client = next(upcoming, None)
-        going = [c for c in in_flight if not c.done]
-        finished += len(in_flight) - len(going)
-        in_flight = going
-        progress(env.now, finished)
+        progress(env.now, tally.requests)
         if env.peek() == float("inf"):
             return

@@ -8,26 +8,25 @@ from __future__ import annotations
 from collections import Counter
 
 from scheduler import FinishReason
-from traces.outcome import Refusal, RequestOutcome
-from traces.summary import Summary, summarize
+from traces.outcome import Refusal
+from traces.summary import Summary, Tally
 
 from .timeseries import TimeSeries
 
 
-def summarize_replay(outcomes: list[RequestOutcome], series: TimeSeries, *,
-                     preemptions: int, recomputed_tokens: int) -> Summary:
-    """The outcomes with the engine's series and counts."""
-    return summarize(outcomes, tokens_generated=sum(series.tokens),
-                     peak_running=series.peak("running"), peak_waiting=series.peak("waiting"),
-                     peak_paused=series.peak("paused"),
-                     peak_blocks_reserved=series.peak("blocks_reserved"),
-                     preemptions=preemptions, recomputed_tokens=recomputed_tokens)
+def summarize_replay(tally: Tally, series: TimeSeries, *, preemptions: int,
+                     recomputed_tokens: int) -> Summary:
+    """The outcomes tallied, with the engine's series and counts."""
+    return tally.summary(tokens_generated=series.tokens_made(),
+                         peak_running=series.peak("running"), peak_waiting=series.peak("waiting"),
+                         peak_paused=series.peak("paused"),
+                         peak_blocks_reserved=series.peak("blocks_reserved"),
+                         preemptions=preemptions, recomputed_tokens=recomputed_tokens)
 
 
-def refusals_by_reason(outcomes: list[RequestOutcome]) -> dict[str, int]:
-    """How many requests each `Refusal` turned away, in the enum's order; reasons
-    that refused none are left out."""
-    counts = Counter(o.refused for o in outcomes if o.refused is not None)
+def refusals_by_reason(counts: Counter[str]) -> dict[str, int]:
+    """How many requests each `Refusal` turned away (counts by value, as
+    `Tally.refusals`), in the enum's order; reasons that refused none are left out."""
     return {reason.value: counts[reason.value] for reason in Refusal if counts[reason.value]}
 
 

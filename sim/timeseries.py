@@ -2,37 +2,59 @@
 something): what the core holds and how many tokens the step made."""
 from __future__ import annotations
 
+import math
+import os
 from array import array
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 COLUMNS = ("time_s", "running", "waiting", "paused", "blocks_reserved", "tokens")
 DTYPE = np.dtype([(column, "f8" if column == "time_s" else "i8") for column in COLUMNS])
 
-
-def _floats() -> array:
-    return array("d")
-
-
-def _counts() -> array:
-    return array("q")
+CHUNK_ROWS = 1 << 16
+"""Rows a series not kept in memory holds before it tallies them (and writes them)."""
 
 
-@dataclass
 class TimeSeries:
     """Columns of machine numbers (8 bytes a value, not a Python object each): a
-    replay of a million requests has tens of millions of steps."""
+    replay of a million requests has tens of millions of steps. By default every
+    row stays in memory; `TimeSeries.written(path)` writes them to a `.npy` file as
+    they come and `TimeSeries.tallied()` keeps none, both holding at most
+    `CHUNK_ROWS` rows and keeping each column's peak and total as they go."""
 
-    time_s: array = field(default_factory=_floats)
-    """When the step ended."""
-    running: array = field(default_factory=_counts)
-    waiting: array = field(default_factory=_counts)
-    paused: array = field(default_factory=_counts)
-    blocks_reserved: array = field(default_factory=_counts)
-    tokens: array = field(default_factory=_counts)
-    """Tokens the step made."""
+    def __init__(self) -> None:
+        self.time_s = array("d")
+        """When the step ended."""
+        self.running = array("q")
+        self.waiting = array("q")
+        self.paused = array("q")
+        self.blocks_reserved = array("q")
+        self.tokens = array("q")
+        """Tokens the step made."""
+        self._hold = math.inf
+        self._path: Path | None = None
+        self._rows: BinaryIO | None = None
+        self._flushed = 0
+        self._peaks = dict.fromkeys(COLUMNS[1:], 0)
+        self._tokens = 0
+
+    @classmethod
+    def written(cls, path: str | Path) -> TimeSeries:
+        """Rows go to `path`, one `.npy` array of records, a field a column
+        (`np.load(path)["tokens"]`), as they come; `close` finishes it."""
+        series = cls.tallied()
+        series._path = Path(path)
+        series._rows = open(series._path.with_name(series._path.name + ".rows"), "wb")
+        return series
+
+    @classmethod
+    def tallied(cls) -> TimeSeries:
+        """Only peaks and totals are kept."""
+        series = cls()
+        series._hold = CHUNK_ROWS
+        return series
 
     def record(self, time_s: float, running: int, waiting: int, paused: int,
                blocks_reserved: int, tokens: int) -> None:
@@ -42,17 +64,54 @@ class TimeSeries:
         self.paused.append(paused)
         self.blocks_reserved.append(blocks_reserved)
         self.tokens.append(tokens)
+        if len(self.tokens) >= self._hold:
+            self._flush()
+
+    def __len__(self) -> int:
+        return self._flushed + len(self.tokens)
 
     def peak(self, column: str) -> int:
-        return max(getattr(self, column), default=0)
+        return max(self._peaks[column], max(getattr(self, column), default=0))
 
-    def save(self, path: str | Path) -> None:
-        """As one `.npy` array of records, a field a column (`np.load(path)["tokens"]`):
-        a row a step, hundreds of thousands of them, written at once."""
-        table = np.empty(len(self.time_s), dtype=DTYPE)
-        for column in COLUMNS:
-            table[column] = np.frombuffer(getattr(self, column), dtype=DTYPE[column])
-        np.save(path, table)
+    def tokens_made(self) -> int:
+        """Every token the engine made."""
+        return self._tokens + sum(self.tokens)
+
+    def close(self) -> None:
+        """A written series: the rows still held go out, and the file is finished
+        as one `.npy` array (assembled from the rows written so far a chunk at a
+        time, since its header needs their count)."""
+        if self._rows is None:
+            return
+        self._flush()
+        self._rows.close()
+        self._rows = None
+        rows = self._path.with_name(self._path.name + ".rows")
+        table = np.lib.format.open_memmap(self._path, mode="w+", dtype=DTYPE, shape=(self._flushed,))
+        with open(rows, "rb") as f:
+            for start in range(0, self._flushed, CHUNK_ROWS):
+                chunk = np.fromfile(f, dtype=DTYPE, count=CHUNK_ROWS)
+                table[start:start + len(chunk)] = chunk
+        table.flush()
+        del table
+        os.remove(rows)
 
     def rows(self) -> list[dict]:
+        """The rows held in memory (all of them, by default)."""
         return [dict(zip(COLUMNS, row)) for row in zip(*(getattr(self, c) for c in COLUMNS))]
+
+    def _table(self) -> np.ndarray:
+        table = np.empty(len(self.tokens), dtype=DTYPE)
+        for column in COLUMNS:
+            table[column] = np.frombuffer(getattr(self, column), dtype=DTYPE[column])
+        return table
+
+    def _flush(self) -> None:
+        for column in self._peaks:
+            self._peaks[column] = self.peak(column)
+        self._tokens += sum(self.tokens)
+        if self._rows is not None:
+            self._table().tofile(self._rows)
+        self._flushed += len(self.tokens)
+        for column in COLUMNS:
+            del getattr(self, column)[:]

@@ -4,12 +4,12 @@ load generator, and one summary (`summarize`) measures what either made of it.
 See traces/README.md for the format and the command line."""
 from pathlib import Path
 
-from .arrivals import arrival_times
-from .client_mix import ClientMix
+from .synthetic.arrivals import arrival_times
+from .synthetic.client_mix import ClientMix
 from .errors import TraceError
-from .generate import generate
+from .synthetic.generate import generate
 from .jsonl import read_trace, write_trace
-from .lengths import Fixed, LogNormal, Resampled, Uniform, parse_lengths
+from .synthetic.lengths import Fixed, LogNormal, Resampled, Uniform, parse_lengths
 from .load import detect_format, load_trace
 from .public.azure import load_azure
 from .public.burstgpt import load_burstgpt

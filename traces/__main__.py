@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .client_mix import ClientMix
-from .generate import generate
+from .synthetic.client_mix import ClientMix
+from .synthetic.generate import generate
 from .jsonl import write_trace
-from .lengths import SPECS, parse_lengths
+from .synthetic.lengths import SPECS, parse_lengths
 from .load import load_trace
 from .load_options import add_load_options, load_options
 from .record import LeaveHow

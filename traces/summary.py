@@ -1,16 +1,20 @@
 """The summary of a replay, computed from its per-request outcomes by this one
 function for the simulator, the live load generator and the sim-against-live
-comparison alike, so that both sides of a comparison are measured the same way.
+comparison alike, so that both sides of a comparison are measured the same way;
+a replay too long to hold its outcomes adds each to a `Tally` as it ends.
 What outcomes cannot know (the engine's own token count, the server's count of
 tokens made after clients left, the engine's peaks) the caller passes in."""
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import asdict, dataclass
-from itertools import chain
+from typing import Iterable
 
 import numpy as np
 
 from .outcome import RequestOutcome
+from .percentiles import Percentiles
 
 COMPLETED = frozenset({"length", "stop", "eos"})
 """Finish reasons of a request that ran to its end."""
@@ -64,11 +68,105 @@ class Summary:
         return asdict(self)
 
 
-def summarize(outcomes: list[RequestOutcome], *, tokens_generated: int | None = None,
-              wasted_tokens: int | None = None, peak_running: int | None = None,
-              peak_waiting: int | None = None, peak_paused: int | None = None,
-              peak_blocks_reserved: int | None = None, preemptions: int | None = None,
-              recomputed_tokens: int | None = None) -> Summary:
+class Tally:
+    """What a summary needs of the outcomes, taken one outcome at a time as the
+    requests end: counts, sums, the first arrival and the last moment done, and
+    each percentile's values (the pooled gaps too) in `Percentiles`, which keep
+    them exactly in bounded memory. So a replay of any length is summarized
+    without holding its outcomes, and to the same floats as from a list of them.
+    Close it (or use it in a `with`) to remove the files of spilled values."""
+
+    def __init__(self) -> None:
+        self.requests = self.completed = self.left = self.dropped = 0
+        self.refusals: Counter[str] = Counter()
+        """Requests refused before their stream began, by `Refusal` value."""
+        self.tokens_generated = self.tokens_read = self.wasted_tokens = 0
+        self.start = math.inf
+        self.done = -math.inf
+        self.ttft_client, self.ttft_engine, self.e2e = Percentiles(), Percentiles(), Percentiles()
+        self.gaps = Percentiles()
+        """Inter-token gaps as the clients received them, all streams pooled."""
+        self.stalls = Percentiles()
+        """Each stream's longest gap."""
+
+    @classmethod
+    def of(cls, outcomes: Iterable[RequestOutcome]) -> Tally:
+        tally = cls()
+        for o in outcomes:
+            tally.add(o)
+        return tally
+
+    def add(self, o: RequestOutcome) -> None:
+        self.requests += 1
+        if o.refused is not None:
+            self.refusals[o.refused] += 1
+        if o.left_s is not None:
+            self.left += 1
+        elif o.finish_reason in COMPLETED:
+            self.completed += 1
+            self.e2e.add(o.finish_s - o.arrival_s)
+        if o.finish_reason == "slow_client":
+            self.dropped += 1
+        if o.first_token_client_s is not None:
+            self.ttft_client.add(o.first_token_client_s - o.arrival_s)
+        if o.first_token_engine_s is not None:
+            self.ttft_engine.add(o.first_token_engine_s - o.arrival_s)
+        self.tokens_generated += o.tokens_generated
+        self.tokens_read += o.tokens_read
+        self.wasted_tokens += o.tokens_after_leave
+        self.start = min(self.start, o.arrival_s)
+        self.done = max(self.done, _done_s(o))
+        if len(o.token_times_s) > 1:
+            gaps = np.diff(np.array(o.token_times_s, dtype=np.float64))
+            self.gaps.extend(gaps)
+            self.stalls.add(float(gaps.max()))
+
+    def summary(self, *, tokens_generated: int | None = None, wasted_tokens: int | None = None,
+                peak_running: int | None = None, peak_waiting: int | None = None,
+                peak_paused: int | None = None, peak_blocks_reserved: int | None = None,
+                preemptions: int | None = None, recomputed_tokens: int | None = None) -> Summary:
+        """The summary of the outcomes added (see `summarize`)."""
+        for name, value in (("tokens_generated", tokens_generated),
+                            ("wasted_tokens", wasted_tokens)):
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        start = self.start if self.requests else 0.0
+        makespan = self.done - start if self.requests else 0.0
+        if tokens_generated is None:
+            tokens_generated = self.tokens_generated
+        if wasted_tokens is None:
+            wasted_tokens = self.wasted_tokens
+        t50, t90, t99 = self.ttft_client.percentiles((50, 90, 99))
+        e50, e90, e99 = self.ttft_engine.percentiles((50, 90, 99))
+        g50, g99 = self.gaps.percentiles((50, 99))
+        s50, s99 = self.stalls.percentiles((50, 99))
+        d50, d90, d99 = self.e2e.percentiles((50, 90, 99))
+        return Summary(
+            requests=self.requests, completed=self.completed,
+            refused=sum(self.refusals.values()), left=self.left, dropped=self.dropped,
+            ttft_client_p50_s=t50, ttft_client_p90_s=t90, ttft_client_p99_s=t99,
+            ttft_engine_p50_s=e50, ttft_engine_p90_s=e90, ttft_engine_p99_s=e99,
+            gap_p50_s=g50, gap_p99_s=g99, stall_p50_s=s50, stall_p99_s=s99,
+            e2e_p50_s=d50, e2e_p90_s=d90, e2e_p99_s=d99,
+            tokens_generated=tokens_generated, tokens_read=self.tokens_read,
+            wasted_tokens=wasted_tokens, makespan_s=makespan,
+            throughput_tok_s=tokens_generated / makespan if makespan > 0 else None,
+            peak_running=peak_running, peak_waiting=peak_waiting, peak_paused=peak_paused,
+            peak_blocks_reserved=peak_blocks_reserved, preemptions=preemptions,
+            recomputed_tokens=recomputed_tokens)
+
+    def close(self) -> None:
+        for values in (self.ttft_client, self.ttft_engine, self.e2e, self.gaps, self.stalls):
+            values.close()
+
+    def __enter__(self) -> Tally:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def summarize(outcomes: Iterable[RequestOutcome], **engine) -> Summary:
     """The summary of `outcomes`.
 
     The makespan runs from the first arrival to the last moment any client was done
@@ -78,45 +176,16 @@ def summarize(outcomes: list[RequestOutcome], *, tokens_generated: int | None = 
     stopped (a step or two after a leaver, say) would measure the simulated engine
     against a live log taken differently, and the load generator has no such log.
 
-    `tokens_generated`: the engine's count, when the caller has one; by default the
-    outcomes' own, which a live client knows only up to the moment it left.
-    `wasted_tokens`: the server's count of tokens made after their client left; by
-    default the outcomes' own (the simulator's clients know it, live ones do not).
-    Throughput is `tokens_generated` over the makespan. The peaks come from the
-    engine's time series, and the preemptions from its counts; None without them."""
-    for name, value in (("tokens_generated", tokens_generated), ("wasted_tokens", wasted_tokens)):
-        if value is not None and value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-    ttft_client = [o.ttft_client_s for o in outcomes if o.first_token_client_s is not None]
-    ttft_engine = [o.ttft_engine_s for o in outcomes if o.first_token_engine_s is not None]
-    completed = [o for o in outcomes if o.finish_reason in COMPLETED and o.left_s is None]
-    start = min((o.arrival_s for o in outcomes), default=0.0)
-    makespan = max((_done_s(o) for o in outcomes), default=start) - start
-    if tokens_generated is None:
-        tokens_generated = sum(o.tokens_generated for o in outcomes)
-    if wasted_tokens is None:
-        wasted_tokens = sum(o.tokens_after_leave for o in outcomes)
-    t50, t90, t99 = _percentiles(ttft_client, (50, 90, 99))
-    e50, e90, e99 = _percentiles(ttft_engine, (50, 90, 99))
-    gaps, firsts = _gaps(outcomes)
-    g50, g99 = _percentiles(gaps, (50, 99))
-    s50, s99 = _percentiles(np.maximum.reduceat(gaps, firsts) if len(gaps) else gaps, (50, 99))
-    d50, d90, d99 = _percentiles([o.finish_s - o.arrival_s for o in completed], (50, 90, 99))
-    return Summary(
-        requests=len(outcomes), completed=len(completed),
-        refused=sum(o.refused is not None for o in outcomes),
-        left=sum(o.left_s is not None for o in outcomes),
-        dropped=sum(o.finish_reason == "slow_client" for o in outcomes),
-        ttft_client_p50_s=t50, ttft_client_p90_s=t90, ttft_client_p99_s=t99,
-        ttft_engine_p50_s=e50, ttft_engine_p90_s=e90, ttft_engine_p99_s=e99,
-        gap_p50_s=g50, gap_p99_s=g99, stall_p50_s=s50, stall_p99_s=s99,
-        e2e_p50_s=d50, e2e_p90_s=d90, e2e_p99_s=d99,
-        tokens_generated=tokens_generated, tokens_read=sum(o.tokens_read for o in outcomes),
-        wasted_tokens=wasted_tokens, makespan_s=makespan,
-        throughput_tok_s=tokens_generated / makespan if makespan > 0 else None,
-        peak_running=peak_running, peak_waiting=peak_waiting, peak_paused=peak_paused,
-        peak_blocks_reserved=peak_blocks_reserved, preemptions=preemptions,
-        recomputed_tokens=recomputed_tokens)
+    `engine`, each None by default (see `Tally.summary`): `tokens_generated`, the
+    engine's count, when the caller has one; else the outcomes' own, which a live
+    client knows only up to the moment it left. `wasted_tokens`: the server's count
+    of tokens made after their client left; else the outcomes' own (the simulator's
+    clients know it, live ones do not). Throughput is `tokens_generated` over the
+    makespan. `peak_running`, `peak_waiting`, `peak_paused`, `peak_blocks_reserved`
+    come from the engine's time series, `preemptions` and `recomputed_tokens` from
+    its counts."""
+    with Tally.of(outcomes) as tally:
+        return tally.summary(**engine)
 
 
 def format_summary(summary: Summary) -> str:
@@ -138,31 +207,3 @@ def _done_s(o: RequestOutcome) -> float:
     answer's headers (a refusal's too), its final event and its leaving. A live
     client that leaves or is refused records no finish; a simulated one does."""
     return max(t for t in (o.arrival_s, o.headers_s, o.finish_s, o.left_s) if t is not None)
-
-
-GAP_BATCH = 4096
-"""Streams whose gaps are taken at once: a batch's token times are the only copy
-made beside the pooled gaps, however many tokens a replay made."""
-
-
-def _gaps(outcomes: list[RequestOutcome]) -> tuple[np.ndarray, np.ndarray]:
-    """Every stream's inter-token gaps, pooled: the differences of each stream's
-    token times, laid end to end; and where each stream's gaps begin among them."""
-    streams = [o.token_times_s for o in outcomes if len(o.token_times_s) > 1]
-    counts = np.array([len(times) - 1 for times in streams], dtype=np.int64)
-    firsts = np.concatenate(([0], np.cumsum(counts)[:-1])) if streams else counts
-    gaps = np.empty(int(counts.sum()))
-    for start in range(0, len(streams), GAP_BATCH):
-        batch = streams[start:start + GAP_BATCH]
-        lengths = counts[start:start + GAP_BATCH] + 1
-        times = np.fromiter(chain.from_iterable(batch), dtype=float, count=int(lengths.sum()))
-        at = firsts[start] if len(firsts) else 0
-        gaps[at:at + int(lengths.sum()) - len(batch)] = np.delete(
-            np.diff(times), np.cumsum(lengths)[:-1] - 1)
-    return gaps, firsts
-
-
-def _percentiles(values, qs: tuple[int, ...]) -> list[float | None]:
-    if len(values) == 0:
-        return [None] * len(qs)
-    return [float(v) for v in np.percentile(values, qs)]

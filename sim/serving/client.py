@@ -10,7 +10,10 @@ its first token on, every step makes one token for it, and it takes them as the
 steps are delivered, until a preemption (optimistic admission) leaves it out of
 some steps. Its token times are therefore runs of the hub's step delivery times
 (`Server.step_times`): it notes the step and token index where each run starts, and
-turns them into times when its stream ends or it leaves, rather than one by one."""
+turns them into times when its stream ends or it leaves, rather than one by one.
+
+It tells the server when it is done (refused, left, or read the last event): the
+server settles its record once the engine has ended its sequence too."""
 from __future__ import annotations
 
 from typing import Protocol
@@ -24,6 +27,7 @@ from traces.record import ReadMode, TraceRequest
 
 from ..overheads import Overheads
 from .connection import Connection
+from .step_times import StepTimes
 
 REFUSALS = {QueueFull: Refusal.QUEUE_FULL, KeyLimitReached: Refusal.KEY_LIMIT,
             RequestTooLarge: Refusal.TOO_LARGE, InvalidRequest: Refusal.INVALID}
@@ -34,8 +38,7 @@ HTTP status the server answers it with."""
 class Server(Protocol):
     """The server side of a client's stream (the hub), as the client sees it."""
 
-    step_times: list[float]
-    """When each step's events were delivered, in step order."""
+    step_times: StepTimes
 
     def open(self, client: SimClient) -> None:
         """Submit the request and open its connection; raises the core's refusal."""
@@ -46,6 +49,18 @@ class Server(Protocol):
     def client_left(self, client: SimClient) -> None:
         """The client has closed its connection."""
 
+    def finished(self, client: SimClient) -> None:
+        """The client reads nothing more."""
+
+
+def check_reader(request: TraceRequest) -> None:
+    """Refuse a reading behaviour the simulated client cannot follow."""
+    behaviour = request.client
+    if behaviour.read is ReadMode.BYTE_RATE and not behaviour.bytes_per_s > 0:
+        raise ValueError(f"request {request.id!r}: a byte-rate reader needs bytes_per_s > 0")
+    if behaviour.pause_s < 0:
+        raise ValueError(f"request {request.id!r}: pause_s must be >= 0")
+
 
 class SimClient:
     """Fills its `RequestOutcome` as the live client would: token times are when
@@ -54,15 +69,11 @@ class SimClient:
 
     __slots__ = ("env", "request", "behaviour", "server", "request_s", "instant",
                  "leave_after_tokens", "leaves_after_index", "outcome", "connection", "done",
-                 "runs", "next_run", "run_end", "_readable")
+                 "ended", "runs", "next_run", "run_end", "_readable")
 
     def __init__(self, env: simpy.Environment, request: TraceRequest, server: Server,
                  overheads: Overheads):
         behaviour = request.client
-        if behaviour.read is ReadMode.BYTE_RATE and not behaviour.bytes_per_s > 0:
-            raise ValueError(f"request {request.id!r}: a byte-rate reader needs bytes_per_s > 0")
-        if behaviour.pause_s < 0:
-            raise ValueError(f"request {request.id!r}: pause_s must be >= 0")
         self.env = env
         self.request = request
         self.behaviour = behaviour
@@ -78,6 +89,8 @@ class SimClient:
         """Set by the hub when the request is accepted."""
         self.done = False
         """Reads nothing more: refused, left, or read the last event."""
+        self.ended = False
+        """Set by the hub when the stream's final event from the engine is delivered."""
         self.runs: list[tuple[int, int]] = []
         """An instant reader's (token index, step) where each run of one token a
         step begins (see the module)."""
@@ -104,6 +117,7 @@ class SimClient:
             self.outcome.refused = REFUSALS[type(refusal)].value
             self.outcome.finish_s = env.now
             self.done = True
+            self.server.finished(self)
             return
         if behaviour.leave_after_tokens == 0:
             self.leave()
@@ -132,6 +146,7 @@ class SimClient:
             o.finish_reason = FinishReason.CANCELLED.value  # never reached the engine
         else:
             self.server.client_left(self)
+        self.server.finished(self)
 
     def _read(self):
         env, connection, behaviour = self.env, self.connection, self.behaviour
@@ -171,6 +186,7 @@ class SimClient:
             self._took_steps(o.tokens_generated)
         o.finish_s = now
         self.done = True
+        self.server.finished(self)
 
     def new_run(self, index: int, step: int) -> None:
         """Token `index` came with `step`: a run of one token a step begins."""
@@ -189,6 +205,6 @@ class SimClient:
         steps, runs = self.server.step_times, self.runs
         ends = [index for index, _ in runs[1:]] + [tokens]
         o.token_times_s = [t for (index, step), end in zip(runs, ends)
-                           for t in steps[step:step + end - index]]
+                           for t in steps.between(step, step + end - index)]
         o.first_token_client_s = o.token_times_s[0]
         o.tokens_read = tokens

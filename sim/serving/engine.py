@@ -85,7 +85,7 @@ class SimEngine:
             return
         batch, context, room = steady
         env, core, cost = self.env, self.core, self.cost
-        step_times, record = hub.step_times, self.series.record
+        step_times, record = hub.step_times.times, self.series.record
         room = min(room, hub.steps_before_a_leave())
         due = env.peek()
         paused = core.num_paused

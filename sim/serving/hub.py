@@ -23,6 +23,7 @@ from traces.record import TraceRequest
 from ..overheads import Overheads
 from ..wire import WireFormat
 from .connection import Connection
+from .step_times import StepTimes
 
 
 class Reader(Protocol):
@@ -34,7 +35,12 @@ class Reader(Protocol):
     """Filled by the hub with what only the server sees."""
     connection: Connection | None
     """Set by the hub when the request is accepted."""
+    done: bool
+    """Reads nothing more."""
+    ended: bool
+    """The stream's final event from the engine was delivered."""
     instant: bool
+    runs: list[tuple[int, int]]
     next_run: int
     leaves_after_index: int
 
@@ -57,8 +63,9 @@ class Reader(Protocol):
 
 class Hub:
     def __init__(self, env: simpy.Environment, core: Scheduler, policy: BacklogPolicy,
-                 overheads: Overheads, wire: WireFormat, wake: Callable[[], None], *,
-                 resume_grace_s: float = 0.0, max_tokens_factor: float = 1.0):
+                 overheads: Overheads, wire: WireFormat, wake: Callable[[], None],
+                 settled: Callable[[Reader], None], *, resume_grace_s: float = 0.0,
+                 max_tokens_factor: float = 1.0):
         self.env = env
         self.core = core
         self.policy = policy
@@ -67,17 +74,20 @@ class Hub:
         self.final_bytes = wire.final_bytes
         self.wake = wake
         """Wakes the engine loop if it sleeps: every wish goes with one."""
+        self.settled = settled
+        """Told of each client whose record is whole: the client is done and the
+        engine has ended its sequence (or never had it); the hub forgets it then."""
         self.resume_grace_s = resume_grace_s
         self.max_tokens_factor = max_tokens_factor
         self.engine_waits = policy.engine_waits
         self.clients: dict[str, Reader] = {}
+        """Clients whose request the core accepted, until they are settled."""
         self.backlogged: dict[Reader, None] = {}
         """Clients whose server-side queue is not empty, in the order they backed up
         (a dict, so that the policy sees them in the same order in every run)."""
         self.instant_readers: dict[str, Reader] = {}
         """Instant readers still reading: they take events as they are delivered."""
-        self.step_times: list[float] = []
-        """When each step's events were delivered, in step order."""
+        self.step_times = StepTimes()
         self.leaving: dict[int, list[tuple[Reader, int]]] = {}
         """Instant readers that leave after the token a step delivers, by the step's
         index, each with the count of its runs when it was due (a preemption since
@@ -162,8 +172,10 @@ class Hub:
         now = self.env.now
         clients, instant, backlogged = self.clients, self.instant_readers, self.backlogged
         if from_step:
-            step_index = len(self.step_times)
-            self.step_times.append(now)
+            step_times = self.step_times
+            step_index = len(step_times)
+            step_times.times.append(now)
+            step_times.forget_unneeded(self._first_steps_of_runs)
             due = self.leaving.pop(step_index, None)
             if due:
                 self._leave_at_step(due)
@@ -188,17 +200,22 @@ class Hub:
             connection = client.connection
             if connection.closed:
                 self.events_discarded += 1
+                if not is_token:
+                    self._ended(client)
                 continue
             if is_token:
                 size = self.token_bytes
             else:
                 connection.closed = True
                 if instant.pop(event.seq_id, None) is not None:
+                    client.ended = True
                     client.read_final(now)
                     continue
                 size = self.final_bytes
             connection.put(event, size, now)
             client.notify()
+            if not is_token:
+                self._ended(client)
             if connection.queue and client not in backlogged:
                 backlogged[client] = None
                 if self.stall_check_s is not None:
@@ -223,6 +240,12 @@ class Hub:
             self._unbacklog(client)
         self._decide(client, self.env.now)
 
+    def finished(self, client: Reader) -> None:
+        """The client reads nothing more: its record is whole if the engine has
+        ended its sequence, or never had it."""
+        if client.ended or client.connection is None:
+            self._settle(client)
+
     def client_left(self, client: Reader) -> None:
         self.left.add(client.request.id)
         if self.instant_readers.pop(client.request.id, None) is not None:
@@ -236,6 +259,24 @@ class Hub:
             self._disconnected(client)
 
     # -- inside -----------------------------------------------------------------
+
+    def _ended(self, client: Reader) -> None:
+        """The engine's final event for the stream is delivered (to the connection,
+        or discarded)."""
+        client.ended = True
+        if client.done:
+            self._settle(client)
+
+    def _settle(self, client: Reader) -> None:
+        seq_id = client.request.id
+        self.clients.pop(seq_id, None)
+        self.left.discard(seq_id)
+        self.settled(client)
+
+    def _first_steps_of_runs(self):
+        """The step each instant reader still reading began its first run with:
+        its token times are steps from there on."""
+        return (reader.runs[0][1] for reader in self.instant_readers.values() if reader.runs)
 
     def _quiet(self, reader: Reader, index: int, step: int) -> None:
         """A run of an instant reader's tokens began with token `index` at `step`: its

@@ -48,8 +48,10 @@ def test_replay_prints_the_summary_and_writes_outcomes(trace, tmp_path):
                      "--num-blocks", 64, "--out", out)
     assert result.returncode == 0, result.stderr
     assert "ttft_client_p50_s" in result.stdout
-    a, b, c = read_outcomes(out / "outcomes.parquet")
-    # One slot: a runs 0-3, b 3-6 (read at 4, 6, 8; final event at 10), c 6-8 and leaves.
+    # One slot: a runs 0-3, b 3-6 (read at 4, 6, 8; final event at 10), c 6-8 and leaves
+    # (cancelled at the step after): written in the order they ended.
+    a, c, b = read_outcomes(out / "outcomes.parquet")
+    assert (a.id, c.id, b.id) == ("a", "c", "b")
     assert (a.token_times_s, a.finish_s) == ([1.0, 2.0, 3.0], 3.0)
     assert (b.first_token_engine_s, b.token_times_s, b.finish_s) == (4.0, [4.0, 6.0, 8.0], 10.0)
     assert (c.admitted_s, c.left_s, c.tokens_read, c.finish_reason) == (6.0, 8.0, 2, "cancelled")
@@ -118,7 +120,8 @@ def test_replay_takes_a_trace_of_any_format_as_its_argument(name, tmp_path, caps
     out = tmp_path / "out"
     assert main(["replay", str(path), "--constant-cost", "0.5", "--out", str(out)]) == 0
     assert "2 requests" in capsys.readouterr().out
-    outcomes = read_outcomes(out / "outcomes.parquet")
+    outcomes = sorted(read_outcomes(out / "outcomes.parquet"), key=lambda o: o.prompt_tokens,
+                      reverse=True)  # in trace order (written in the order they ended)
     second_arrival = 0.0 if name == "vidur_lengths.csv" else 1.5
     assert [(o.arrival_s, o.prompt_tokens, o.max_new_tokens) for o in outcomes] == [
         (0.0, 30, 4), (second_arrival, 20, 2)]

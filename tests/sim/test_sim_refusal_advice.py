@@ -7,7 +7,7 @@ import pytest
 from sim.__main__ import main
 from sim.summary import refusal_advice, refusals_by_reason
 from traces.outcome import RequestOutcome
-from traces.summary import summarize
+from traces.summary import Tally
 
 
 def outcomes(served: int, refused: dict[str, int], dropped: int = 0) -> list[RequestOutcome]:
@@ -22,7 +22,8 @@ def outcomes(served: int, refused: dict[str, int], dropped: int = 0) -> list[Req
 
 def advice(served: int, refused: dict[str, int], dropped: int = 0) -> str | None:
     records = outcomes(served, refused, dropped)
-    return refusal_advice(summarize(records), refusals_by_reason(records))
+    with Tally.of(records) as tally:
+        return refusal_advice(tally.summary(), refusals_by_reason(tally.refusals))
 
 
 @pytest.mark.parametrize("reason, change", [

@@ -139,9 +139,16 @@ def test_the_simulators_command_line_writes_the_replays_outcomes(token_times, tm
     assert "outcomes.parquet" in capsys.readouterr().out
     setup = json.loads((out / "setup.json").read_text())
     settings = {k: v for k, v in setup.items() if k not in ("trace", "load", "cost")}
-    expected = replay(load_trace(trace), build_setup(ConstantCost(0.01), **settings)).outcomes
+    requests, setup = load_trace(trace), build_setup(ConstantCost(0.01), **settings)
+    expected = replay(requests, setup).outcomes
+    ended: list[RequestOutcome] = []
+    assert replay(requests, setup, records=ended.append).outcomes == []
+    # the records are the replay's, written in the order the requests ended
+    in_trace = [o.id for o in expected]
+    assert sorted(ended, key=lambda o: in_trace.index(o.id)) == expected
+    assert [o.id for o in ended] != [o.id for o in expected]
     assert {o.finish_reason for o in expected} >= {"length", "cancelled"}
     if not token_times:
-        for o in expected:
+        for o in ended:
             o.token_times_s = []
-    assert read_outcomes(out / "outcomes.parquet") == expected
+    assert read_outcomes(out / "outcomes.parquet") == ended

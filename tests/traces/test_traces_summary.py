@@ -3,11 +3,10 @@ generator and the comparison all use: exact figures from hand-made outcomes."""
 import numpy as np
 import pytest
 
-import traces.summary
-
 from sim import TimeSeries, summarize_replay
 from traces.outcome import RequestOutcome
-from traces.summary import format_summary, summarize
+from traces.percentiles import Percentiles
+from traces.summary import Tally, format_summary, summarize
 
 
 def outcome(id, arrival, times, finish, reason, generated, engine_first=None, **kw):
@@ -51,7 +50,7 @@ def test_gaps_never_span_two_streams():
     assert (s.stall_p50_s, s.stall_p99_s) == (0.75, pytest.approx(0.995))
 
 
-def test_gaps_taken_in_batches_of_streams_are_those_taken_at_once(monkeypatch):
+def test_gaps_pooled_and_spilled_to_a_file_summarise_to_the_same_floats(monkeypatch):
     rng = np.random.default_rng(5)
     streams = [outcome(str(i), 0.0, sorted(rng.uniform(0, 9, rng.integers(0, 7)).tolist()), 9.0,
                        "length", 6) for i in range(41)]
@@ -61,8 +60,10 @@ def test_gaps_taken_in_batches_of_streams_are_those_taken_at_once(monkeypatch):
     whole = summarize(streams)
     assert (whole.gap_p50_s, whole.gap_p99_s) == tuple(np.percentile(gaps, (50, 99)))
     assert (whole.stall_p50_s, whole.stall_p99_s) == tuple(np.percentile(stalls, (50, 99)))
-    monkeypatch.setattr(traces.summary, "GAP_BATCH", 4)  # 41 streams in 11 batches
-    assert summarize(streams) == whole
+    monkeypatch.setattr(Percentiles.__init__, "__defaults__", (7,))  # every 7 values to the file
+    tally = Tally.of(reversed(streams))
+    assert tally.gaps._file is not None and tally.summary() == whole
+    tally.close()
 
 
 def test_makespan_ends_when_the_last_client_is_done_with_its_request():
@@ -107,7 +108,7 @@ def test_a_replay_with_its_time_series_takes_tokens_and_peaks_from_the_engine():
     series = TimeSeries()
     series.record(1.0, 3, 5, 0, 40, 3)
     series.record(9.0, 1, 0, 2, 12, 1)
-    s = summarize_replay(OUTCOMES, series, preemptions=3, recomputed_tokens=70)
+    s = summarize_replay(Tally.of(OUTCOMES), series, preemptions=3, recomputed_tokens=70)
     assert (s.peak_running, s.peak_waiting, s.peak_paused, s.peak_blocks_reserved) == (3, 5, 2, 40)
     assert (s.tokens_generated, s.preemptions, s.recomputed_tokens) == (4, 3, 70)
     assert s.wasted_tokens == sum(o.tokens_after_leave for o in OUTCOMES)

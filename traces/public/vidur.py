@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..arrivals import arrival_times
+from ..synthetic.arrivals import arrival_times
 from ..errors import TraceError
 from ..record import TraceRequest
 from ..shaping import shape

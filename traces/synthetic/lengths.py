@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .load import load_trace
+from ..load import load_trace
 
 
 class Lengths(Protocol):

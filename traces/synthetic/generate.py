@@ -7,8 +7,8 @@ import numpy as np
 from .arrivals import arrival_times
 from .client_mix import ClientMix
 from .lengths import Fixed, Lengths
-from .record import TraceRequest
-from .shaping import to_microsecond
+from ..record import TraceRequest
+from ..shaping import to_microsecond
 
 
 def generate(

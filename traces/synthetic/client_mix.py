@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .record import Client, LeaveHow, ReadMode
+from ..record import Client, LeaveHow, ReadMode
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,2 @@
+"""Synthetic traces: arrival processes, length distributions, client mixes, and
+the generator that draws a trace from them."""
