@@ -3,7 +3,6 @@ something): what the core holds and how many tokens the step made."""
 from __future__ import annotations
 
 import math
-import os
 from array import array
 from pathlib import Path
 from typing import BinaryIO
@@ -34,7 +33,6 @@ class TimeSeries:
         self.tokens = array("q")
         """Tokens the step made."""
         self._hold = math.inf
-        self._path: Path | None = None
         self._rows: BinaryIO | None = None
         self._flushed = 0
         self._peaks = dict.fromkeys(COLUMNS[1:], 0)
@@ -45,8 +43,8 @@ class TimeSeries:
         """Rows go to `path`, one `.npy` array of records, a field a column
         (`np.load(path)["tokens"]`), as they come; `close` finishes it."""
         series = cls.tallied()
-        series._path = Path(path)
-        series._rows = open(series._path.with_name(series._path.name + ".rows"), "wb")
+        series._rows = open(path, "wb")
+        series._write_header()
         return series
 
     @classmethod
@@ -78,23 +76,22 @@ class TimeSeries:
         return self._tokens + sum(self.tokens)
 
     def close(self) -> None:
-        """A written series: the rows still held go out, and the file is finished
-        as one `.npy` array (assembled from the rows written so far a chunk at a
-        time, since its header needs their count)."""
+        """A written series: the rows still held go out, and the header takes
+        their count."""
         if self._rows is None:
             return
         self._flush()
+        self._rows.seek(0)
+        self._write_header()
         self._rows.close()
         self._rows = None
-        rows = self._path.with_name(self._path.name + ".rows")
-        table = np.lib.format.open_memmap(self._path, mode="w+", dtype=DTYPE, shape=(self._flushed,))
-        with open(rows, "rb") as f:
-            for start in range(0, self._flushed, CHUNK_ROWS):
-                chunk = np.fromfile(f, dtype=DTYPE, count=CHUNK_ROWS)
-                table[start:start + len(chunk)] = chunk
-        table.flush()
-        del table
-        os.remove(rows)
+
+    def _write_header(self) -> None:
+        """numpy leaves room in a header for the count to grow to any size, so the
+        final one is written over the first, to the same length."""
+        np.lib.format.write_array_header_1_0(self._rows, {
+            "descr": np.lib.format.dtype_to_descr(DTYPE), "fortran_order": False,
+            "shape": (self._flushed,)})
 
     def rows(self) -> list[dict]:
         """The rows held in memory (all of them, by default)."""

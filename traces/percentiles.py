@@ -13,8 +13,10 @@ from typing import BinaryIO, Iterable
 import numpy as np
 
 IN_MEMORY = 1 << 22
-"""Values held in memory (32 MiB) before they go to the file, and read back a
-chunk at a time."""
+"""Values held in memory (32 MiB) before they go to the file."""
+
+READ_CHUNK = 1 << 20
+"""Values read back from the file at a time: a pass holds a few arrays of this many."""
 
 DIGIT_BITS = 16
 """Bits of the sortable key a pass resolves: four passes find any float64."""
@@ -85,7 +87,7 @@ class Percentiles:
         """The values' sortable keys, a chunk at a time."""
         self._file.seek(0)
         while True:
-            chunk = np.fromfile(self._file, dtype=np.uint64, count=self.in_memory)
+            chunk = np.fromfile(self._file, dtype=np.uint64, count=min(self.in_memory, READ_CHUNK))
             if not len(chunk):
                 return
             yield _sortable(chunk)
