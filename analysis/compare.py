@@ -60,11 +60,12 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
                            f"accepted requests ({', '.join(unrecorded[:5])}): without them "
                            f"the tokens it made, and wasted, are unknown")
     live_series = series_from_steps(steps, result.started_unix)
+    setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)
     live = Side(result.outcomes, live_series, summarize_replay(
-        Tally.of(result.outcomes), live_series, preemptions=sum(r["preemptions"] for r in records),
+        Tally.of(result.outcomes, setup.slo), live_series,
+        preemptions=sum(r["preemptions"] for r in records),
         recomputed_tokens=sum(r["recomputed_tokens"] for r in records)))
     log("sim: replaying the same trace on the virtual clock")
-    setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)
     simulated = sim_replay(trace, setup)
     sim = Side(simulated.outcomes, simulated.series, simulated.summary)
     write_outcomes(out_dir / "live-outcomes.parquet", live.outcomes)

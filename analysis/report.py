@@ -18,6 +18,8 @@ ROWS = ("ttft_client_p50_s", "ttft_client_p90_s", "ttft_client_p99_s", "ttft_eng
         "peak_paused", "peak_blocks_reserved", "tokens_generated", "completed", "left",
         "refused", "dropped", "preemptions", "recomputed_tokens")
 """The fields of `Summary` the table shows, in its order."""
+SLO_ROWS = ("slo_attainment", "goodput_tok_s")
+"""Shown after them when the server has an SLO."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,8 @@ class Row:
 def rows(c: Comparison) -> list[Row]:
     live, sim = c.live.summary.as_dict(), c.sim.summary.as_dict()
     out = []
-    for name in ROWS:
+    judged = live["slo_attainment"] is not None or sim["slo_attainment"] is not None
+    for name in ROWS + (SLO_ROWS if judged else ()):
         a, b = live[name], sim[name]
         if name == "wasted_tokens":
             # one step's worth per leaving stream: a token each

@@ -116,6 +116,15 @@ class ServeSettings:
                                     "after every event, so that a slow reader's socket "
                                     "buffers fill after a few events", SHARED)
 
+    # what a request is judged by
+    slo_ttft_s: float | None = _setting(
+        None, "SLO: a request's first token read within this many seconds of its arrival; "
+              "summaries and /metrics give the share of requests that meet the SLO and the "
+              "goodput (tokens/s of those that do); none: no TTFT target", SHARED)
+    slo_tpot_s: float | None = _setting(
+        None, "SLO: a request's tokens after the first read at this many seconds each on "
+              "average (time per output token); none: no TPOT target", SHARED)
+
     # requests
     max_body_bytes: int = _setting(1 << 20, "the largest request body")
     default_max_tokens: int = _setting(256, "max_tokens of an OpenAI request that gives none "
@@ -161,6 +170,9 @@ class ServeSettings:
             raise ValueError("resume_grace_s and event_padding must not be negative")
         if self.max_readers_per_stream < 0:
             raise ValueError("max_readers_per_stream must not be negative")
+        for name in ("slo_ttft_s", "slo_tpot_s"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
         if self.gpu_memory_fraction is not None:
             self._check_gpu_memory_fraction()
         self.backlog_policy()  # an unknown policy or a bad threshold fails here, not per stream

@@ -75,7 +75,7 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
     series = TimeSeries() if series is None else series
     kept: list[RequestOutcome] = []
     in_flight: dict[str, SimClient] = {}
-    with Tally() as tally:
+    with Tally(setup.slo) as tally:
         def settled(client: SimClient) -> None:
             del in_flight[client.request.id]
             tally.add(client.outcome)

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field, fields
 from scheduler import BACKLOG_POLICIES, BacklogPolicy, SchedulerConfig, Unbounded, make_policy
 from scheduler.settings import SHARED, ServeSettings, scoped
 
+from traces.slo import Slo
+
 from .cost_model import CostModel
 from .overheads import Overheads
 from .wire import WIRE_FORMATS, WireFormat, wire_format
@@ -29,6 +31,8 @@ class ReplaySetup:
     (rounded up, within the model's context), as they set max_tokens far above what
     a model generates before its EOS: reservation holds what they ask, the model
     stops (eos) where the trace's output ends. 1: they ask for exactly that."""
+    slo: Slo | None = None
+    """What the summary judges each request by (attainment and goodput)."""
 
     def __post_init__(self):
         if self.resume_grace_s < 0:
@@ -41,18 +45,19 @@ CONFIG_SETTINGS = tuple(f.name for f in fields(SchedulerConfig))
 OVERHEAD_SETTINGS = tuple(f.name for f in fields(Overheads))
 POLICY_SETTINGS = tuple(sorted({f for cls in BACKLOG_POLICIES.values()
                                 for f in getattr(cls, "__dataclass_fields__", {})}))
-SETTINGS = ("policy", "wire", "event_padding", "resume_grace_s",
-            "max_tokens_factor") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
+SETTINGS = ("policy", "wire", "event_padding", "resume_grace_s", "max_tokens_factor",
+            "slo_ttft_s", "slo_tpot_s") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
 
 
 def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twinstep",
                 event_padding: int = 0, resume_grace_s: float = 0.0,
-                max_tokens_factor: float = 1.0, **settings) -> ReplaySetup:
+                max_tokens_factor: float = 1.0, slo_ttft_s: float | None = None,
+                slo_tpot_s: float | None = None, **settings) -> ReplaySetup:
     """`settings` are SchedulerConfig fields, Overheads fields and backlog policy
     parameters, by name; a parameter the chosen policy does not take is ignored, so
     one set of settings serves a sweep over policies. `event_padding`,
     `resume_grace_s` and `max_tokens_factor`: see `WireFormat.padded` and
-    `ReplaySetup`."""
+    `ReplaySetup`; `slo_ttft_s` and `slo_tpot_s`: its `Slo`."""
     unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
@@ -65,6 +70,7 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
         wire=wire_format(wire).padded(event_padding),
         resume_grace_s=resume_grace_s,
         max_tokens_factor=max_tokens_factor,
+        slo=Slo.given(slo_ttft_s, slo_tpot_s),
     )
 
 

@@ -24,6 +24,9 @@ ROW_METRICS = ("completed", "refused", "dropped", "ttft_client_p50_s", "ttft_cli
                "wasted_tokens", "peak_waiting", "peak_blocks_reserved")
 """The columns of a sweep's table besides the varied settings."""
 
+SLO_METRICS = ("slo_attainment", "goodput_tok_s")
+"""Columns of a sweep with an SLO."""
+
 TRACE_SETTINGS = ("rate_scale",)
 """Settings that change the trace rather than the server: rate_scale 2 makes the
 arrivals twice as fast."""
@@ -154,11 +157,13 @@ def _on_ray(address: str, trace: list[TraceRequest], todo: list[Case],
 def format_sweep(rows: list[Row]) -> str:
     if not rows:
         return ""
-    names = list(rows[0][0]) + list(ROW_METRICS)
+    judged = any(summary.slo_attainment is not None for _, summary in rows)
+    shown = ROW_METRICS + (SLO_METRICS if judged else ())
+    names = list(rows[0][0]) + list(shown)
     table = [names]
     for varied, summary in rows:
         metrics = summary.as_dict()
-        table.append([_shown(v) for v in varied.values()] + [_shown(metrics[m]) for m in ROW_METRICS])
+        table.append([_shown(v) for v in varied.values()] + [_shown(metrics[m]) for m in shown])
     widths = [max(len(row[i]) for row in table) for i in range(len(names))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table)
 

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+COMPLETED = frozenset({"length", "stop", "eos"})
+"""Finish reasons of a request that ran to its end."""
+
+
 class Refusal(StrEnum):
     """Why a request was refused before its stream began, in one vocabulary for the
     live client (from the HTTP status) and the simulator (from the core's refusal)."""

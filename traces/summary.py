@@ -13,12 +13,9 @@ from typing import Iterable
 
 import numpy as np
 
-from .outcome import RequestOutcome
+from .outcome import COMPLETED, RequestOutcome
 from .percentiles import Percentiles
-
-COMPLETED = frozenset({"length", "stop", "eos"})
-"""Finish reasons of a request that ran to its end."""
-
+from .slo import Slo
 
 @dataclass(frozen=True)
 class Summary:
@@ -63,6 +60,10 @@ class Summary:
     """Sequences preempted for KV blocks (optimistic admission), from the engine."""
     recomputed_tokens: int | None = None
     """Tokens prefilled again for preempted sequences: work done twice."""
+    slo_attainment: float | None = None
+    """The share of requests judged by the SLO that met it (see `Slo`); None without one."""
+    goodput_tok_s: float | None = None
+    """Tokens read by the requests that met the SLO, per second of makespan."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -76,7 +77,9 @@ class Tally:
     without holding its outcomes, and to the same floats as from a list of them.
     Close it (or use it in a `with`) to remove the files of spilled values."""
 
-    def __init__(self) -> None:
+    def __init__(self, slo: Slo | None = None) -> None:
+        self.slo = slo
+        self.judged = self.met = self.good_tokens = 0
         self.requests = self.completed = self.left = self.dropped = 0
         self.refusals: Counter[str] = Counter()
         """Requests refused before their stream began, by `Refusal` value."""
@@ -90,8 +93,8 @@ class Tally:
         """Each stream's longest gap."""
 
     @classmethod
-    def of(cls, outcomes: Iterable[RequestOutcome]) -> Tally:
-        tally = cls()
+    def of(cls, outcomes: Iterable[RequestOutcome], slo: Slo | None = None) -> Tally:
+        tally = cls(slo)
         for o in outcomes:
             tally.add(o)
         return tally
@@ -120,6 +123,11 @@ class Tally:
             gaps = np.diff(np.array(o.token_times_s, dtype=np.float64))
             self.gaps.extend(gaps)
             self.stalls.add(float(gaps.max()))
+        if self.slo is not None and self.slo.judges(o):
+            self.judged += 1
+            if self.slo.met(o):
+                self.met += 1
+                self.good_tokens += o.tokens_read
 
     def summary(self, *, tokens_generated: int | None = None, wasted_tokens: int | None = None,
                 peak_running: int | None = None, peak_waiting: int | None = None,
@@ -153,7 +161,10 @@ class Tally:
             throughput_tok_s=tokens_generated / makespan if makespan > 0 else None,
             peak_running=peak_running, peak_waiting=peak_waiting, peak_paused=peak_paused,
             peak_blocks_reserved=peak_blocks_reserved, preemptions=preemptions,
-            recomputed_tokens=recomputed_tokens)
+            recomputed_tokens=recomputed_tokens,
+            slo_attainment=self.met / self.judged if self.judged else None,
+            goodput_tok_s=(self.good_tokens / makespan if self.slo is not None and makespan > 0
+                           else None))
 
     def close(self) -> None:
         for values in (self.ttft_client, self.ttft_engine, self.e2e, self.gaps, self.stalls):
@@ -166,7 +177,7 @@ class Tally:
         self.close()
 
 
-def summarize(outcomes: Iterable[RequestOutcome], **engine) -> Summary:
+def summarize(outcomes: Iterable[RequestOutcome], slo: Slo | None = None, **engine) -> Summary:
     """The summary of `outcomes`.
 
     The makespan runs from the first arrival to the last moment any client was done
@@ -183,8 +194,8 @@ def summarize(outcomes: Iterable[RequestOutcome], **engine) -> Summary:
     clients know it, live ones do not). Throughput is `tokens_generated` over the
     makespan. `peak_running`, `peak_waiting`, `peak_paused`, `peak_blocks_reserved`
     come from the engine's time series, `preemptions` and `recomputed_tokens` from
-    its counts."""
-    with Tally.of(outcomes) as tally:
+    its counts. With an `slo`, the attainment and goodput."""
+    with Tally.of(outcomes, slo) as tally:
         return tally.summary(**engine)
 
 

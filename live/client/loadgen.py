@@ -16,6 +16,7 @@ import httpx
 
 from traces.outcome import RequestOutcome
 from traces.record import TraceRequest
+from traces.slo import Slo
 from traces.summary import summarize
 
 from .raw_http import resolve
@@ -180,10 +181,11 @@ def replay(base_url: str, requests: list[TraceRequest], **options) -> LiveReplay
     return asyncio.run(replay_async(base_url, requests, **options))
 
 
-def format_replay(result: LiveReplay) -> str:
+def format_replay(result: LiveReplay, slo: Slo | None = None) -> str:
     """What `python -m live replay` prints: the replay's `Summary`, with the
-    server's count of tokens made after their client left."""
-    s = summarize(result.outcomes, wasted_tokens=result.wasted_tokens_total)
+    server's count of tokens made after their client left, and with an `slo` the
+    share of requests that met it and their goodput."""
+    s = summarize(result.outcomes, slo, wasted_tokens=result.wasted_tokens_total)
     reasons = Counter(o.finish_reason for o in result.outcomes
                       if o.refused is None and o.left_s is None)
     lines = [
@@ -201,6 +203,9 @@ def format_replay(result: LiveReplay) -> str:
     if s.throughput_tok_s is not None:
         lines.append(f"throughput {s.throughput_tok_s:.1f} tokens/s "
                      f"({s.tokens_generated} generated in {s.makespan_s:.2f} s)")
+    if s.slo_attainment is not None:
+        lines.append(f"SLO met by {s.slo_attainment:.1%} of the requests judged, goodput "
+                     f"{s.goodput_tok_s or 0.0:.1f} tokens/s")
     wasted = "unknown (no /stats)" if result.wasted_tokens_total is None else s.wasted_tokens
     lines.append(f"wasted tokens (made after their client left) {wasted}")
     if result.problems:
@@ -228,6 +233,10 @@ def add_parser(subparsers) -> None:
                         "server reads them (NAME:KEY a line)")
     p.add_argument("--api-key", metavar="KEY", help="sent with requests that name no key")
     p.add_argument("--admin-key", metavar="KEY", help="sent to read /stats")
+    p.add_argument("--slo-ttft-s", type=float, metavar="S",
+                   help="SLO: the first token read within S seconds of arrival")
+    p.add_argument("--slo-tpot-s", type=float, metavar="S",
+                   help="SLO: the tokens after the first read at S seconds each on average")
     p.set_defaults(func=run_replay_command)
 
 
@@ -237,6 +246,7 @@ def run_replay_command(args) -> int:
 
     from traces.names import named_keys, read_key_file
 
+    slo = Slo.given(args.slo_ttft_s, args.slo_tpot_s)
     requests = load_trace(args.trace)
     keys = named_keys(read_key_file(args.api_keys_file)) if args.api_keys_file else None
     result = replay(args.url, requests, time_scale=args.time_scale,
@@ -245,5 +255,5 @@ def run_replay_command(args) -> int:
                     api_key=args.api_key, admin_key=args.admin_key)
     if args.out:
         write_outcomes(args.out, result.outcomes)
-    print(format_replay(result))
+    print(format_replay(result, slo))
     return 0

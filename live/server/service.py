@@ -11,6 +11,7 @@ from scheduler import KeyLimitReached, QueueFull, RequestTooLarge, SubmitRefused
 from ..engine.engine import Engine
 from ..engine.step_loop import StepLoop
 from scheduler.settings import ServeSettings
+from traces.slo import Slo
 from ..streams.hub import Hub
 from ..streams.prometheus import ServerMetrics
 from ..streams.stream import Reader, Stream, StreamExists
@@ -29,7 +30,8 @@ class LiveService:
         self.engine = engine
         self.served = served
         self.settings = settings
-        self.metrics = ServerMetrics(key_names)
+        self.metrics = ServerMetrics(key_names,
+                                     Slo.given(settings.slo_ttft_s, settings.slo_tpot_s))
         self.hub = Hub(engine, settings, self.metrics)
         self.step_loop = StepLoop(engine, self.hub.deliver, self.hub.before_step,
                                   self.hub.after_step, self.hub.halt)

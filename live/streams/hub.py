@@ -270,6 +270,8 @@ class Hub:
         stream.end(reason, completion_tokens, text, finished)
         self.backlog.ended(stream)
         self.metrics.finished(reason, finished - stream.arrival if reason in COMPLETED else None)
+        self.metrics.judge(reason, stream.arrival, stream.first_token, stream.last_token,
+                           stream.completion_tokens)
         self._streams.ended(stream)
         stream.trim(self.settings.replay_events)
 

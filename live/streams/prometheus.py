@@ -6,6 +6,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from scheduler import CoreSnapshot, FinishReason, KeyHolding
+from traces.slo import Slo
+
+from .events import COMPLETED
 
 # from a fast local step (1 ms) to a long queue (a minute)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -16,10 +19,12 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class ServerMetrics:
-    def __init__(self, key_names: list[str] = ()):
+    def __init__(self, key_names: list[str] = (), slo: Slo | None = None):
         """`key_names`: the client keys, whose series are labelled by name (each
-        shown from the start, at zero)."""
+        shown from the start, at zero). `slo`: what requests are judged by, as the
+        server sees them (from arrival to each token reaching the hub)."""
         self.registry = r = CollectorRegistry()
+        self.slo = slo
         self.ttft = Histogram("twinstep_time_to_first_token_seconds",
                               "From arrival to the first token reaching the hub",
                               buckets=LATENCY_BUCKETS, registry=r)
@@ -57,6 +62,14 @@ class ServerMetrics:
                                  "for admission", ["key"], registry=r)
         self.key_refused_total = Counter("twinstep_key_refused", "Requests refused at a client "
                                          "key's limit, by the limit", ["key", "limit"], registry=r)
+        if slo is not None:
+            self.slo_judged = Counter("twinstep_slo_judged", "Requests judged by the SLO: all "
+                                      "but those whose client left and those refused as "
+                                      "invalid", registry=r)
+            self.slo_met = Counter("twinstep_slo_met", "Requests that ran to their end within "
+                                   "the SLO's TTFT and TPOT", registry=r)
+            self.slo_goodput_tokens = Counter("twinstep_slo_goodput_tokens", "Tokens of the "
+                                              "requests that met the SLO", registry=r)
         self.key_names = list(key_names)
         for name in self.key_names:
             self.key_streams.labels(name)
@@ -80,6 +93,23 @@ class ServerMetrics:
 
     def refused(self, status: int) -> None:
         self.refused_total.labels(str(status)).inc()
+        if self.slo is not None and (status == 429 or status >= 500):
+            self.slo_judged.inc()  # turned away for load, or failed: a miss
+
+    def judge(self, reason: FinishReason, arrival: float, first_token: float | None,
+              last_token: float | None, tokens: int) -> None:
+        """A stream that ended, by the SLO; one cancelled (its client left, or it
+        was never read) is not judged."""
+        if self.slo is None or reason is FinishReason.CANCELLED:
+            return
+        self.slo_judged.inc()
+        if reason not in COMPLETED:
+            return
+        ttft = None if first_token is None else first_token - arrival
+        tpot = (last_token - first_token) / (tokens - 1) if tokens > 1 else None
+        if self.slo.within(ttft, tpot):
+            self.slo_met.inc()
+            self.slo_goodput_tokens.inc(tokens)
 
     def key_refused(self, key: str, limit: str) -> None:
         self.key_refused_total.labels(key, limit).inc()
