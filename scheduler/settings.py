@@ -105,6 +105,10 @@ class ServeSettings:
                                          "paused for a resuming GET; 0 cancels it at the next "
                                          "step", SHARED)
     keepalive_s: float = _setting(15.0, "a comment on a stream idle this long")
+    sse_retry_ms: int = _setting(1000, "the retry: field an own-format stream opens with: how "
+                                      "long a browser's EventSource waits before it reconnects "
+                                      "with Last-Event-ID (--resume-grace-s longer than this "
+                                      "keeps its stream for it); 0: none sent")
     replay_events: int = _setting(256, "events each stream keeps for Last-Event-ID resumption "
                                       "beyond those its readers have not yet taken")
     ended_streams: int = _setting(1024, "finished streams kept (with their replay buffer) for "
@@ -168,8 +172,8 @@ class ServeSettings:
             raise ValueError("body_timeout_s and header_timeout_s must be positive")
         if self.resume_grace_s < 0 or self.event_padding < 0:
             raise ValueError("resume_grace_s and event_padding must not be negative")
-        if self.max_readers_per_stream < 0:
-            raise ValueError("max_readers_per_stream must not be negative")
+        if self.max_readers_per_stream < 0 or self.sse_retry_ms < 0:
+            raise ValueError("max_readers_per_stream and sse_retry_ms must not be negative")
         for name in ("slo_ttft_s", "slo_tpot_s"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")

@@ -36,10 +36,11 @@ def refuse(service: LiveService, error: RequestError, envelope: Callable[[Reques
     return JSONResponse(envelope(error), error.kind.status, error.headers)
 
 
-def event_stream(service: LiveService, reader: Reader, renderer, stream_id: str):
+def event_stream(service: LiveService, reader: Reader, renderer, stream_id: str,
+                 opening: bytes = b""):
     return EventStreamResponse(reader, renderer, service.settings.keepalive_s,
                                [(b"x-request-id", stream_id.encode())],
-                               service.settings.event_padding)
+                               service.settings.event_padding, opening)
 
 
 def answer(service: LiveService, request: GenerationRequest, reader: Reader, renderer,

@@ -18,6 +18,7 @@ from . import wire_anthropic, wire_openai, wire_stream
 from .access import KEY
 from .replies import answer, event_stream, refuse, service_of
 from .service import LiveService
+from .sse import retry_line
 from .validation import ErrorKind, RequestError, read_json, request_id
 
 
@@ -43,7 +44,7 @@ async def post_stream(request: Request):
         stream, reader = service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_stream.error_body)
-    return event_stream(service, reader, wire_stream.StreamRenderer(stream.id), stream.id)
+    return _own_stream(service, reader, stream.id)
 
 
 async def get_stream(request: Request):
@@ -70,7 +71,14 @@ async def get_stream(request: Request):
                       wire_stream.error_body)
     except RequestError as exc:
         return refuse(service, exc, wire_stream.error_body)
-    return event_stream(service, reader, wire_stream.StreamRenderer(stream_id), stream_id)
+    return _own_stream(service, reader, stream_id)
+
+
+def _own_stream(service: LiveService, reader, stream_id: str):
+    """The own format's response, opened with the `retry:` an EventSource takes."""
+    retry_ms = service.settings.sse_retry_ms
+    return event_stream(service, reader, wire_stream.StreamRenderer(stream_id), stream_id,
+                        retry_line(retry_ms) if retry_ms else b"")
 
 
 # -- OpenAI --------------------------------------------------------------------

@@ -14,7 +14,8 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
+    # no-transform: a proxy that compresses or rewrites responses holds events back
+    (b"cache-control", b"no-cache, no-transform"),
     # nginx and friends buffer responses unless told not to
     (b"x-accel-buffering", b"no"),
 ]
@@ -42,6 +43,13 @@ def comment_bytes(text: str) -> bytes:
 
 
 KEEPALIVE = comment_bytes("keep-alive")
+
+
+def retry_line(ms: int) -> bytes:
+    """A `retry:` field, which an EventSource takes as its reconnection time. It goes
+    in an event's block: some parsers (httpx-sse) would dispatch an empty event for
+    a block with nothing else."""
+    return f"retry: {ms}\n".encode()
 
 ABORT = "twinstep.abort"
 """The key, in a request's `scope["state"]`, of what the server gives a response
@@ -83,12 +91,15 @@ class EventStreamResponse:
     to flush what its client does not read."""
 
     def __init__(self, reader: Reader, renderer: Renderer, keepalive_s: float,
-                 headers: list[tuple[bytes, bytes]] = (), padding: int = 0):
+                 headers: list[tuple[bytes, bytes]] = (), padding: int = 0,
+                 opening: bytes = b""):
+        """`opening`: lines the first event's block begins with (e.g. `retry_line`)."""
         self.reader = reader
         self.renderer = renderer
         self.keepalive_s = keepalive_s
         self.headers = SSE_HEADERS + list(headers)
         self.padding = comment_bytes("p" * padding) if padding else b""
+        self.opening = opening
 
     async def __call__(self, scope, receive, send) -> None:
         left = True
@@ -113,6 +124,7 @@ class EventStreamResponse:
 
     async def _write(self, send) -> None:
         reader, render = self.reader, self.renderer.render
+        opening = self.opening
         while True:
             event = await reader.next(self.keepalive_s)
             if event is None:
@@ -121,8 +133,9 @@ class EventStreamResponse:
                 continue
             body = render(event)
             if body:
-                await send({"type": "http.response.body", "body": body + self.padding,
+                await send({"type": "http.response.body", "body": opening + body + self.padding,
                             "more_body": True})
+                opening = b""
             reader.ack()
             if event.terminal:
                 break

@@ -30,7 +30,7 @@ def _stream(url, path, body):
     with httpx.stream("POST", url + path, json=body, timeout=30) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
-        assert r.headers["cache-control"] == "no-cache"
+        assert r.headers["cache-control"] == "no-cache, no-transform"
         raw = r.read()
         rid = r.headers["x-request-id"]
     events = SSEParser().feed(raw)

@@ -5,6 +5,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from live.runner.params import SamplingParams
 from scheduler.settings import ServeSettings
@@ -36,7 +37,7 @@ def test_forty_streams_carry_the_engines_own_tokens_in_order():
     for body, (status, headers, raw) in zip(bodies, answers):
         assert status == 200
         assert headers["content-type"].startswith("text/event-stream")
-        assert headers["cache-control"] == "no-cache"
+        assert headers["cache-control"] == "no-cache, no-transform"
         assert headers["x-accel-buffering"] == "no"
         events = parse(raw)
         rid = headers["x-request-id"]
@@ -245,4 +246,26 @@ def test_resume_grace_runs_out_and_the_stream_is_cancelled():
         _, _, replay = _events(url, None, path=f"/v1/stream/{rid}")
         assert replay[-1][0] == "done" and replay[-1][2]["finish_reason"] == "cancelled"
         assert replay[-1][2]["usage"]["completion_tokens"] == len(replay) - 2
+    assert engine.core.is_drained()
+
+
+@pytest.mark.parametrize("retry_ms", [1000, 250, 0])
+def test_an_own_format_stream_opens_with_the_retry_an_eventsource_takes(retry_ms):
+    app, engine = tiny_app(ServeSettings(sse_retry_ms=retry_ms))
+    with running_server(app) as url:
+        posted, raw, events = _events(url, {"prompt": "retry", "max_new_tokens": 2})
+        rid = posted.headers["x-request-id"]
+        opening = f"retry: {retry_ms}\n".encode() if retry_ms else b""
+        assert raw.startswith(opening + f"id: {rid}:0\nevent: start\n".encode())
+        assert [e for e, _, _ in events] == ["start", "token", "token", "done"]
+        followed, raw, _ = _events(url, None, {"Last-Event-ID": f"{rid}:1"},
+                                   path=f"/v1/stream/{rid}")
+        assert raw.startswith(opening + f"id: {rid}:2\nevent: token\n".encode())
+        with httpx.stream("POST", url + "/v1/chat/completions", timeout=30, json={
+                "messages": [{"role": "user", "content": "no retry here"}], "max_tokens": 2,
+                "stream": True}) as r:
+            assert r.read().startswith(b"data: {")
+    parser = SSEParser()
+    parser.feed(opening + b"id: x:0\nevent: start\ndata: {}\n\n")
+    assert parser.retry_ms == (retry_ms or None)
     assert engine.core.is_drained()
