@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from dataclasses import replace
 from pathlib import Path
+
+from tqdm import tqdm
 
 from live.client.loadgen import LiveReplay, replay as live_replay
 from live.runner.models import cache_root
@@ -44,7 +47,9 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
         keys = target.access.replay_options()
         live_replay(target.url, WARMUP, **keys)  # first steps pay one-off allocation costs
         mark = target.last_step()
-        result = live_replay(target.url, workload, **keys)
+        with tqdm(total=len(workload), unit="req", desc="calibration", file=sys.stderr,
+                  dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
+            result = live_replay(target.url, workload, on_done=bar.update, **keys)
         steps = target.steps_after(mark)
     if not steps:
         raise RuntimeError(f"the server at {target.url} recorded no step during the calibration")

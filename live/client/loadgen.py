@@ -52,7 +52,8 @@ class LiveReplay:
     is "error")."""
 
 
-async def _send_all(setup: ReplaySetup, requests: list[TraceRequest]) -> list[ReplayedRequest]:
+async def _send_all(setup: ReplaySetup, requests: list[TraceRequest],
+                    on_done: Callable[[], None] | None) -> list[ReplayedRequest]:
     """Starts each request at its arrival (scaled) and waits for all to end. A
     request never waits for another: each runs in its own task."""
     replayed = [ReplayedRequest(r, setup) for r in requests]
@@ -61,7 +62,10 @@ async def _send_all(setup: ReplaySetup, requests: list[TraceRequest]) -> list[Re
         delay = item.request.arrival_s * setup.time_scale - setup.now()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(item.run()))
+        task = asyncio.create_task(item.run())
+        if on_done is not None:
+            task.add_done_callback(lambda _: on_done())
+        tasks.append(task)
     await asyncio.gather(*tasks)
     return replayed
 
@@ -103,7 +107,8 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
                        timeout_s: float = 60.0, recv_buffer_bytes: int | None = None,
                        settle_s: float = 5.0, request_id_prefix: str | None = None,
                        keys: dict[str, str] | None = None, api_key: str | None = None,
-                       admin_key: str | None = None) -> LiveReplay:
+                       admin_key: str | None = None,
+                       on_done: Callable[[], None] | None = None) -> LiveReplay:
     """Replays `requests` against the server at `base_url` (`POST /v1/stream`).
 
     time_scale: arrival times are multiplied by it (0.5 replays twice as fast);
@@ -122,6 +127,7 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
     keys: the secret of each key name the trace's requests carry (every name must
       have one); api_key: the secret sent with requests that carry none;
       admin_key: sent to read /stats on a server with keys.
+    on_done: called as each request ends (refused, left, or read to its end).
     """
     if not time_scale > 0:
         raise ValueError(f"time_scale must be positive, got {time_scale}")
@@ -137,7 +143,7 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
                             prompt_filler=prompt_filler, timeout_s=timeout_s,
                             recv_buffer_bytes=recv_buffer_bytes,
                             request_id_prefix=request_id_prefix, credentials=credentials)
-        replayed = await _send_all(setup, requests)
+        replayed = await _send_all(setup, requests, on_done)
         duration_s = setup.now()
         # Every stream the server accepted ends in its engine, however its client left.
         accepted = sum(1 for r in replayed

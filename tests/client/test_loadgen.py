@@ -346,6 +346,17 @@ def test_leave_after_tokens(stand_in, how):
     assert result.wasted_tokens_total == 1  # the stand-in's one step after the leave
 
 
+def test_each_request_is_told_done_as_it_ends(stand_in):
+    stand_in.script = lambda body: Script(tokens=20, gap_s=0.02)
+    requests = [req("short", tokens=2), req("leaver", leave_after_tokens=1),
+                req("long", tokens=20)]
+    told = []
+    result = replay(stand_in.url, requests, on_done=lambda: told.append(time.monotonic()))
+    assert len(told) == len(requests)
+    # the 2-token stream is told of as it ends, well before the 20-token one
+    assert told[-1] - told[0] > 0.2
+
+
 def test_leave_at_once_and_after_seconds(stand_in):
     stand_in.script = lambda body: Script(tokens=100, gap_s=0.02)
     requests = [req("at-once", leave_after_tokens=0),
