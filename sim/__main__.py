@@ -13,10 +13,13 @@ import sys
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
+from typing import Iterable
 
 from scheduler.flags import OneLineErrors, add_flags, given
 from scheduler.settings import SHARED, ServeSettings, scoped
-from traces import load_trace
+from traces import TraceRequest, load_trace
+from traces.jsonl import count_requests, iter_trace
+from traces.load import detect_format
 from traces.load_options import add_load_options, load_options
 from traces.summary import format_summary
 
@@ -45,10 +48,12 @@ def main(argv: list[str] | None = None) -> int:
 def _replay(args) -> int:
     """The records go to their files as the replay makes them, so that its memory is
     what is in flight, not what the trace holds."""
-    trace, cost, settings = _inputs(args)
+    trace, cost, settings = _inputs(args, streamed=True)
     setup = build_setup(cost, **settings)
     out = Path(args.out) if args.out else None
-    bar = ReplayBar(len(trace)) if wanted(args.quiet) else None
+    bar = None
+    if wanted(args.quiet):
+        bar = ReplayBar(len(trace) if isinstance(trace, list) else count_requests(args.trace))
     with ExitStack() as files:
         if out is None:
             records, series = _discard, TimeSeries.tallied()
@@ -66,7 +71,7 @@ def _replay(args) -> int:
     print(format_summary(result.summary))
     if result.refusals:
         print(format_refusals(result.refusals))
-    print(f"{len(trace)} requests, {result.steps} steps, {result.wall_s:.2f} s wall")
+    print(f"{result.summary.requests} requests, {result.steps} steps, {result.wall_s:.2f} s wall")
     advice = refusal_advice(result.summary, result.refusals)
     if advice:
         print(advice)
@@ -112,10 +117,17 @@ def _fit(args) -> int:
     return 0
 
 
-def _inputs(args) -> tuple[list, CostModel, dict]:
-    """The trace, the cost model and the flat settings the command line gives."""
+def _inputs(args, streamed: bool = False) -> tuple[Iterable[TraceRequest], CostModel, dict]:
+    """The trace, the cost model and the flat settings the command line gives. With
+    `streamed`, a native trace loaded as it is (no load option) is read a request at
+    a time as the replay goes, so that a trace of any length replays in the memory
+    of what is in flight."""
     serve = ServeSettings(**given(args, ServeSettings, scoped(SHARED)))
-    trace = load_trace(args.trace, **load_options(args))
+    options = load_options(args)
+    if streamed and not options and detect_format(args.trace) == "native":
+        trace: Iterable[TraceRequest] = iter_trace(args.trace, unique_ids=False)
+    else:
+        trace = load_trace(args.trace, **options)
     if args.constant_cost is not None:
         cost: CostModel = ConstantCost(args.constant_cost)
         pool, measured = DEFAULT_POOL, {}

@@ -16,7 +16,8 @@ class ReplayBar:
     """A `Progress` callback for `replay`: requests finished against the trace's
     requests, with the simulated clock beside them."""
 
-    def __init__(self, requests: int):
+    def __init__(self, requests: int | None):
+        """`requests`: the trace's, if known before it is read."""
         self.bar = tqdm(total=requests, unit="req", desc="replay", file=sys.stderr,
                         dynamic_ncols=True)
 

@@ -57,19 +57,25 @@ PROGRESS_TICKS = 200
 goes on: a few hundred wakes whatever the trace."""
 
 
-def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = None,
+def replay(trace: Iterable[TraceRequest], setup: ReplaySetup, probe: Probe | None = None,
            progress: Progress | None = None, *, records: Records | None = None,
            series: TimeSeries | None = None) -> Replay:
-    """Replay `trace`. The outcomes are kept in memory unless `records` takes each
-    as it is whole, and the engine's rows unless `series` (by default one in memory)
-    is written or only tallied: then the replay holds only what is in flight, and
-    its summary is the same to the bit."""
+    """Replay `trace`: a list (its ids checked unique, replayed in arrival order),
+    or any other iterable of requests in arrival order, read one request at a time
+    as each arrives (a trace too long to hold; its ids must then be unique among
+    the requests in flight). The outcomes are kept in memory unless `records` takes
+    each as it is whole, and the engine's rows unless `series` (by default one in
+    memory) is written or only tallied: then the replay holds only what is in
+    flight, and its summary is the same to the bit."""
     started = time.perf_counter()
-    ids = [r.id for r in trace]
-    if len(set(ids)) != len(ids):
-        raise ValueError("request ids in a trace must be unique")
-    for r in trace:
-        check_reader(r)
+    if isinstance(trace, list):
+        if len({r.id for r in trace}) != len(trace):
+            raise ValueError("request ids in a trace must be unique")
+        for r in trace:
+            check_reader(r)
+        arriving = Arrivals(sorted(trace, key=lambda r: r.arrival_s))
+    else:
+        arriving = Arrivals(trace)
     env = simpy.Environment()
     core = Scheduler(setup.config)
     series = TimeSeries() if series is None else series
@@ -84,13 +90,12 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
         engine = SimEngine(env, core, setup.cost, series, stops_early=setup.max_tokens_factor > 1)
         hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake, settled,
                   resume_grace_s=setup.resume_grace_s, max_tokens_factor=setup.max_tokens_factor)
-        arriving = sorted(trace, key=lambda r: r.arrival_s)
-        env.process(_arrivals(env, arriving, hub, setup, in_flight))
+        env.process(arriving.run(env, hub, setup, in_flight))
         env.process(engine.run(hub))
         if probe is not None:
             env.process(probe(env, core))
-        if progress is not None and arriving:
-            env.process(_tell_progress(env, arriving[-1].arrival_s, tally, progress))
+        if progress is not None and trace:
+            env.process(_tell_progress(env, arriving, tally, progress))
         env.run()
         if not core.is_drained():
             raise ReplayNotDrained(f"the core is not drained after the replay: {core.snapshot()}")
@@ -99,32 +104,50 @@ def replay(trace: list[TraceRequest], setup: ReplaySetup, probe: Probe | None = 
                                    f"{list(in_flight)[:5]}")
         summary = summarize_replay(tally, series, preemptions=core.preemptions,
                                    recomputed_tokens=core.recomputed_tokens)
-    if kept:
+    if kept and isinstance(trace, list):
         position = {r.id: i for i, r in enumerate(trace)}
         kept.sort(key=lambda o: position[o.id])
     return Replay(kept, series, summary, core.snapshot().step, hub.events_discarded,
                   time.perf_counter() - started, refusals_by_reason(tally.refusals))
 
 
-def _arrivals(env: simpy.Environment, arriving: list[TraceRequest], hub: Hub,
-              setup: ReplaySetup, in_flight: dict[str, SimClient]):
-    """Each request's client, made when it arrives."""
-    for request in arriving:
-        delay = request.arrival_s - env.now
-        if delay > 0:
-            yield env.timeout(delay)
-        client = in_flight[request.id] = SimClient(env, request, hub, setup.overheads)
-        env.process(client.run())
+class Arrivals:
+    """The trace's requests in arrival order, each taken when it arrives and its
+    client made then."""
+
+    def __init__(self, requests: Iterable[TraceRequest]):
+        self.requests = requests
+        self.known = isinstance(requests, list)
+        """Whether every arrival is known from the start."""
+        self.latest = requests[-1].arrival_s if self.known and requests else 0.0
+        """The last arrival known so far."""
+
+    def run(self, env: simpy.Environment, hub: Hub, setup: ReplaySetup,
+            in_flight: dict[str, SimClient]):
+        for request in self.requests:
+            if not self.known:
+                if request.arrival_s < self.latest:
+                    raise ValueError(f"request {request.id!r} arrives at {request.arrival_s}, "
+                                     f"before the one before it ({self.latest})")
+                check_reader(request)
+                self.latest = request.arrival_s
+            delay = request.arrival_s - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            if request.id in in_flight:
+                raise ValueError(f"request id {request.id!r} is already in flight")
+            client = in_flight[request.id] = SimClient(env, request, hub, setup.overheads)
+            env.process(client.run())
 
 
-def _tell_progress(env: simpy.Environment, last_arrival_s: float, tally: Tally,
+def _tell_progress(env: simpy.Environment, arrivals: Arrivals, tally: Tally,
                    progress: Progress):
-    """Wakes every 1/PROGRESS_TICKS of the trace's span (or of the time simulated so
-    far, once that is longer) and ends when nothing else is left to happen. It
-    changes nothing, so the replay is the same without it."""
-    span = max(last_arrival_s, 1.0)
+    """Wakes every 1/PROGRESS_TICKS of the trace's span (of the arrivals read so far,
+    for a trace read as it goes; or of the time simulated so far, once that is
+    longer) and ends when nothing else is left to happen. It changes nothing, so the
+    replay is the same without it."""
     while True:
-        yield env.timeout(max(span, env.now) / PROGRESS_TICKS)
+        yield env.timeout(max(arrivals.latest, env.now, 1.0) / PROGRESS_TICKS)
         progress(env.now, tally.requests)
         if env.peek() == float("inf"):
             return

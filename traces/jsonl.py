@@ -156,19 +156,21 @@ def request_json(r: TraceRequest) -> dict[str, Any]:
 
 
 class _Order:
-    """The checks between lines: ids are unique, arrivals never go back in time."""
+    """The checks between lines: ids are unique (unless told not to look, which
+    holds no id), arrivals never go back in time."""
 
-    def __init__(self):
-        self.seen: dict[str, int] = {}
+    def __init__(self, unique_ids: bool = True):
+        self.seen: dict[str, int] | None = {} if unique_ids else None
         self.last_arrival = 0.0
 
     def check(self, r: TraceRequest, line: int) -> None:
-        if r.id in self.seen:
+        if self.seen is not None and r.id in self.seen:
             raise FieldError("id", f"{shown(r.id)} already used on line {self.seen[r.id]}")
         if r.arrival_s < self.last_arrival:
             raise FieldError("arrival_s", f"is {r.arrival_s}, earlier than the line before "
                                           f"({self.last_arrival}); requests must be in arrival order")
-        self.seen[r.id] = line
+        if self.seen is not None:
+            self.seen[r.id] = line
         self.last_arrival = r.arrival_s
 
 
@@ -193,17 +195,28 @@ def json_lines(path: str | Path) -> Iterator[tuple[int, object]]:
 
 def read_trace(path: str | Path) -> list[TraceRequest]:
     """Every request of a native JSONL trace, in file order. Blank lines are allowed."""
+    return list(iter_trace(path))
+
+
+def count_requests(path: str | Path) -> int:
+    """The requests of a native JSONL trace, counted by its non-blank lines, unread."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def iter_trace(path: str | Path, unique_ids: bool = True) -> Iterator[TraceRequest]:
+    """The requests of a native JSONL trace one at a time, as `read_trace` reads
+    them. `unique_ids=False` holds nothing of the lines before (a trace too long to
+    hold: whoever takes the requests checks their ids)."""
     source = Path(path).name
-    order = _Order()
-    requests = []
+    order = _Order(unique_ids)
     for line_no, obj in json_lines(path):
         try:
             request = parse_request(obj)
             order.check(request, line_no)
         except FieldError as e:
             raise TraceError.at(source, line_no, str(e)) from None
-        requests.append(request)
-    return requests
+        yield request
 
 
 def write_trace(path: str | Path, requests: Iterable[TraceRequest]) -> None:

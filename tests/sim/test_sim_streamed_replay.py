@@ -116,3 +116,26 @@ def test_a_written_series_is_the_series_kept_in_memory(tmp_path, monkeypatch):
     for column in ("running", "waiting", "paused", "blocks_reserved"):
         assert written.peak(column) == kept.peak(column)
     assert written.tokens_made() == kept.tokens_made() == int(table["tokens"].sum())
+
+
+def test_a_trace_read_as_it_goes_is_the_same_replay():
+    requests, setup = trace(5), SETUPS["drop"]
+    whole = replay(requests, setup)
+    ended = []
+    read_as_it_goes = replay(iter(requests), setup, records=ended.append)
+    assert read_as_it_goes.summary == whole.summary
+    assert sorted(ended, key=lambda o: o.id) == sorted(whole.outcomes, key=lambda o: o.id)
+
+
+def test_a_trace_read_as_it_goes_must_arrive_in_order_with_ids_unique_in_flight():
+    requests, setup = trace(6), SETUPS["unbounded"]
+    late = [requests[1], requests[0], *requests[2:]]
+    with pytest.raises(ValueError, match="before the one before it"):
+        replay(iter(late), setup)
+    twice = [requests[0], dataclasses.replace(requests[1], id=requests[0].id)]
+    with pytest.raises(ValueError, match="already in flight"):
+        replay(iter(twice), setup)
+    # an id may come again once its request has ended
+    again = [requests[0], dataclasses.replace(requests[1], id=requests[0].id,
+                                              arrival_s=requests[0].arrival_s + 600.0)]
+    assert replay(iter(again), setup).summary.requests == 2

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from traces import Client, LeaveHow, ReadMode, TraceError, TraceRequest, read_trace, write_trace
+from traces.jsonl import count_requests, iter_trace
 
 VALID = '{"id": "a", "arrival_s": 0.5, "prompt_tokens": 10, "max_new_tokens": 20}'
 
@@ -117,3 +118,14 @@ def test_writer_refuses_what_the_reader_would_refuse_and_writes_nothing(tmp_path
     with pytest.raises(TraceError, match="client.pause_s"):
         write_trace(path, [TraceRequest("a", 0.0, 5, 5, client=Client(pause_s=0.5))])
     assert not path.exists()
+
+
+def test_a_trace_read_a_request_at_a_time_is_the_trace(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "arrival_s": 0, "prompt_tokens": 3, "max_new_tokens": 2}\n\n'
+                    '{"id": "b", "arrival_s": 1, "prompt_tokens": 4, "max_new_tokens": 1}\n'
+                    '{"id": "a", "arrival_s": 2, "prompt_tokens": 5, "max_new_tokens": 1}\n')
+    with pytest.raises(TraceError, match="already used on line 1"):
+        read_trace(path)
+    assert [r.id for r in iter_trace(path, unique_ids=False)] == ["a", "b", "a"]
+    assert count_requests(path) == 3
