@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 import simpy
@@ -10,6 +10,7 @@ import simpy
 from scheduler import Scheduler
 from traces.outcome import RequestOutcome
 from traces.record import TraceRequest
+from traces.sessions import Sessions
 from traces.summary import Summary, Tally
 
 from .serving.client import SimClient, check_reader
@@ -112,8 +113,8 @@ def replay(trace: Iterable[TraceRequest], setup: ReplaySetup, probe: Probe | Non
 
 
 class Arrivals:
-    """The trace's requests in arrival order, each taken when it arrives and its
-    client made then."""
+    """The trace's requests in arrival order, each taken when it arrives, and sent
+    (its client made) then, or, in a session, when its turn comes (`Sessions`)."""
 
     def __init__(self, requests: Iterable[TraceRequest]):
         self.requests = requests
@@ -121,9 +122,30 @@ class Arrivals:
         """Whether every arrival is known from the start."""
         self.latest = requests[-1].arrival_s if self.known and requests else 0.0
         """The last arrival known so far."""
+        self.sessions = Sessions()
 
     def run(self, env: simpy.Environment, hub: Hub, setup: ReplaySetup,
             in_flight: dict[str, SimClient]):
+        def send(request: TraceRequest, at: float) -> None:
+            if request.id in in_flight:
+                raise ValueError(f"request id {request.id!r} is already in flight")
+            if at != request.arrival_s:  # its record says when it was sent
+                request = replace(request, arrival_s=at)
+            client = in_flight[request.id] = SimClient(env, request, hub, setup.overheads,
+                                                       None if request.session is None else done)
+            env.process(client.run())
+
+        def send_at(request: TraceRequest, at: float) -> None:
+            if at > env.now:
+                env.timeout(at - env.now).callbacks.append(lambda _: send(request, at))
+            else:
+                send(request, env.now)
+
+        def done(client: SimClient) -> None:
+            following = self.sessions.done(client.request, env.now)
+            if following is not None:
+                send_at(*following)
+
         for request in self.requests:
             if not self.known:
                 if request.arrival_s < self.latest:
@@ -134,10 +156,9 @@ class Arrivals:
             delay = request.arrival_s - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            if request.id in in_flight:
-                raise ValueError(f"request id {request.id!r} is already in flight")
-            client = in_flight[request.id] = SimClient(env, request, hub, setup.overheads)
-            env.process(client.run())
+            at = self.sessions.arrived(request, env.now)
+            if at is not None:
+                send_at(request, at)
 
 
 def _tell_progress(env: simpy.Environment, arrivals: Arrivals, tally: Tally,

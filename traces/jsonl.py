@@ -78,6 +78,8 @@ _REQUEST_KINDS: dict[str, _Kind] = {
     "seed": _INT_OR_NULL,
     "ignore_eos": _BOOL,
     "key": _KEY_OR_NULL,
+    "session": ("a non-empty string or null", lambda v: v is None or _ID[1](v), lambda v: v),
+    "think_s": _NON_NEGATIVE,
 }
 _CLIENT_KINDS: dict[str, _Kind] = {
     "read": _one_of(ReadMode),

@@ -51,7 +51,15 @@ class TraceRequest:
     driver then makes a prompt of that many tokens. Public traces give the output
     length, so replays set `ignore_eos` and make exactly `max_new_tokens`. `key`:
     the name (never the secret) of the API key the request comes with, which the
-    per-key limits count (see `request_id.KEY_NAME`); None: it comes without one."""
+    per-key limits count (see `request_id.KEY_NAME`); None: it comes without one.
+
+    `session`: the conversation (or virtual user) the request belongs to, as load
+    tools run "concurrency N" and chat users come back: the requests of a session
+    are sent one after another, each `think_s` after its client was done with the
+    one before (read it to its end, left, or was refused), and not before its own
+    `arrival_s`; a slow reader delays its own next request. The first request of a
+    session goes at its `arrival_s` (its `think_s` is not used). None: an open-loop
+    request, sent at its `arrival_s` whatever else happens."""
 
     id: str
     arrival_s: float
@@ -65,3 +73,5 @@ class TraceRequest:
     ignore_eos: bool = True
     client: Client = field(default_factory=Client)
     key: str | None = None
+    session: str | None = None
+    think_s: float = 0.0

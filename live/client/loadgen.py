@@ -16,6 +16,7 @@ import httpx
 
 from traces.outcome import RequestOutcome
 from traces.record import TraceRequest
+from traces.sessions import Sessions
 from traces.slo import Slo
 from traces.summary import summarize
 
@@ -54,19 +55,37 @@ class LiveReplay:
 
 async def _send_all(setup: ReplaySetup, requests: list[TraceRequest],
                     on_done: Callable[[], None] | None) -> list[ReplayedRequest]:
-    """Starts each request at its arrival (scaled) and waits for all to end. A
-    request never waits for another: each runs in its own task."""
+    """Starts each request at its arrival (scaled), or a session's when its turn
+    comes (`Sessions`: think times are not scaled), and waits for all to end. A
+    request never waits for another but its session's: each runs in its own task."""
     replayed = [ReplayedRequest(r, setup) for r in requests]
+    by_id = {item.request.id: item for item in replayed}
+    sessions = Sessions()
     tasks = []
-    for item in sorted(replayed, key=lambda x: x.request.arrival_s):
-        delay = item.request.arrival_s * setup.time_scale - setup.now()
+
+    async def send(item: ReplayedRequest, at: float) -> None:
+        item.due_s = at
+        delay = at - setup.now()
         if delay > 0:
             await asyncio.sleep(delay)
-        task = asyncio.create_task(item.run())
+        await item.run()
         if on_done is not None:
-            task.add_done_callback(lambda _: on_done())
-        tasks.append(task)
-    await asyncio.gather(*tasks)
+            on_done()
+        following = sessions.done(item.request, setup.now())
+        if following is not None:
+            request, due = following
+            tasks.append(asyncio.create_task(send(by_id[request.id], due)))
+
+    for item in sorted(replayed, key=lambda x: x.request.arrival_s):
+        arrival = item.request.arrival_s * setup.time_scale
+        delay = arrival - setup.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        at = sessions.arrived(item.request, arrival)
+        if at is not None:
+            tasks.append(asyncio.create_task(send(item, at)))
+    while tasks:  # a task may add its session's next one before it ends
+        await tasks.pop()
     return replayed
 
 
@@ -150,7 +169,7 @@ async def replay_async(base_url: str, requests: list[TraceRequest], *, time_scal
                        if r.outcome.headers_s is not None and r.outcome.refused is None)
         finished_before = _finished(stats_before) if stats_before is not None else 0
         stats_after = await _settled_stats(http, settle_s, finished_before + accepted)
-    lags = [r.outcome.arrival_s - r.request.arrival_s * time_scale for r in replayed]
+    lags = [r.outcome.arrival_s - r.due_s for r in replayed]
     late = [lag for lag in lags if lag > LAG_WARN_S]
     if late:
         log.warning("%d of %d requests were sent more than %.0f ms after their arrival "

@@ -87,6 +87,8 @@ class ReplayedRequest:
                                       request.max_new_tokens)
         self.problem: str | None = None
         self.server_id = setup.server_id(request)
+        self.due_s = 0.0
+        """When it was to be sent (replay seconds): its arrival, or its session's turn."""
 
     async def run(self) -> None:
         setup, client, o = self.setup, self.request.client, self.outcome

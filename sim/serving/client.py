@@ -16,7 +16,7 @@ It tells the server when it is done (refused, left, or read the last event): the
 server settles its record once the engine has ended its sequence too."""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 import simpy
 
@@ -69,12 +69,14 @@ class SimClient:
 
     __slots__ = ("env", "request", "behaviour", "server", "request_s", "instant",
                  "leave_after_tokens", "leaves_after_index", "outcome", "connection", "done",
-                 "ended", "runs", "next_run", "run_end", "_readable")
+                 "ended", "runs", "next_run", "run_end", "on_done", "_readable")
 
     def __init__(self, env: simpy.Environment, request: TraceRequest, server: Server,
-                 overheads: Overheads):
+                 overheads: Overheads, on_done: Callable[[SimClient], None] | None = None):
+        """`on_done`: told when the client is done (its session's next request may go)."""
         behaviour = request.client
         self.env = env
+        self.on_done = on_done
         self.request = request
         self.behaviour = behaviour
         self.server = server
@@ -117,7 +119,7 @@ class SimClient:
             self.outcome.refused = REFUSALS[type(refusal)].value
             self.outcome.finish_s = env.now
             self.done = True
-            self.server.finished(self)
+            self._finished()
             return
         if behaviour.leave_after_tokens == 0:
             self.leave()
@@ -146,7 +148,7 @@ class SimClient:
             o.finish_reason = FinishReason.CANCELLED.value  # never reached the engine
         else:
             self.server.client_left(self)
-        self.server.finished(self)
+        self._finished()
 
     def _read(self):
         env, connection, behaviour = self.env, self.connection, self.behaviour
@@ -186,7 +188,12 @@ class SimClient:
             self._took_steps(o.tokens_generated)
         o.finish_s = now
         self.done = True
+        self._finished()
+
+    def _finished(self) -> None:
         self.server.finished(self)
+        if self.on_done is not None:
+            self.on_done(self)
 
     def new_run(self, index: int, step: int) -> None:
         """Token `index` came with `step`: a run of one token a step begins."""

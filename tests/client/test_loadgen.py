@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import socket
 import threading
@@ -355,6 +356,21 @@ def test_each_request_is_told_done_as_it_ends(stand_in):
     assert len(told) == len(requests)
     # the 2-token stream is told of as it ends, well before the 20-token one
     assert told[-1] - told[0] > 0.2
+
+
+def test_a_session_sends_each_request_its_think_time_after_the_one_before(stand_in):
+    stand_in.script = lambda body: Script(tokens=5, gap_s=0.02)
+    turns = [dataclasses.replace(req(f"turn{i}", leave_after_tokens=2 if i == 1 else None),
+                                 session="user", think_s=0.0 if i == 0 else 0.2)
+             for i in range(3)]
+    requests = turns + [req("open", arrival_s=0.05)]
+    result = replay(stand_in.url, requests)
+    first, second, third, open_loop = result.outcomes
+    assert second.arrival_s >= first.finish_s + 0.2
+    assert second.left_s is not None  # it gave up after 2 tokens: the next turn follows that
+    assert second.left_s + 0.2 <= third.arrival_s < second.left_s + 0.2 + 0.1
+    assert 0.05 <= open_loop.arrival_s < first.finish_s  # not held by the session
+    assert [o.tokens_read for o in result.outcomes] == [5, 2, 5, 5]
 
 
 def test_leave_at_once_and_after_seconds(stand_in):
