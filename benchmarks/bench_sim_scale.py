@@ -24,7 +24,7 @@ from sim_trees import bare_simpy  # noqa: E402
 from traces import Resampled, generate, load_trace, write_trace  # noqa: E402
 
 CHILD_PEAK = """
-import resource, runpy, sys
+import runpy, sys
 sys.argv = ["sim"] + sys.argv[1:]
 try:
     runpy.run_module("sim", run_name="__main__")
@@ -32,11 +32,14 @@ except SystemExit as done:
     code = done.code
 else:
     code = 0
-print("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)
+with open("/proc/self/status") as status:
+    peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+print("peak_rss_mb", peak_kb / 1024, file=sys.stderr)
 sys.exit(code)
 """
-"""`python -m sim` that says its own peak memory at the end (a child's ru_maxrss
-taken by the parent would be the largest of all children so far)."""
+"""`python -m sim` that says its own peak memory at the end: the high-water mark of
+its own address space. (Its ru_maxrss would not do: Linux counts in it the memory
+of the parent it was forked from, here holding the generated trace.)"""
 
 
 def azure_like(count: int, seed: int = 0):
