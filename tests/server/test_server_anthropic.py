@@ -76,9 +76,11 @@ def test_stop_reasons_and_the_non_streaming_body():
 def test_pings_keep_a_waiting_message_stream_alive():
     app, engine, runner = held_app(ServeSettings(keepalive_s=0.05), max_batch=1)
     with running_server(app) as url:
+        runner.hold()
         first = RawStream(url, "/v1/stream", {"prompt": "first", "max_new_tokens": 5})
+        runner.blocked.wait(10)  # its prefill
+        runner.allow(1)  # then its next step is held: it keeps the only slot
         first.read_events(2)
-        runner.hold_and_wait()
         waiting = RawStream(url, "/v1/messages", {"messages": MESSAGES, "max_tokens": 3,
                                                   "stream": True})
         waiting.read_events(3)

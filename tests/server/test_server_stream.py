@@ -120,9 +120,11 @@ def test_a_seeded_sampled_stream_equals_the_engine_alone():
 def test_keepalive_comments_reach_a_stream_waiting_for_a_slot():
     app, engine, runner = held_app(ServeSettings(keepalive_s=0.05), max_batch=1)
     with running_server(app) as url:
+        runner.hold()
         first = RawStream(url, "/v1/stream", {"prompt": "first", "max_new_tokens": 5})
-        first.read_events(2)  # start and one token: it holds the only slot
-        runner.hold_and_wait()
+        runner.blocked.wait(10)  # its prefill
+        runner.allow(1)  # then its next step is held: it keeps the only slot
+        first.read_events(2)  # start and one token
         second = RawStream(url, "/v1/stream", {"prompt": "second", "max_new_tokens": 3})
         assert second.read_head() == 200
         second.read_until_comment("keep-alive")
