@@ -62,12 +62,24 @@ def request(seq_id: str, prompt_ids, max_new_tokens: int, **sampling) -> Request
                    GenerationInput(tuple(prompt_ids), SamplingParams(**sampling)))
 
 
-def make(model, block_size: int = 4, num_blocks: int = 64, max_batch: int = 8, **scheduling):
+def make(model, block_size: int = 4, num_blocks: int = 64, max_batch: int = 8,
+         dtype: torch.dtype = torch.float32, **scheduling):
     """`scheduling`: other `SchedulerConfig` fields (chunked prefill, admission)."""
     core = Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=block_size,
                                      max_batch=max_batch, **scheduling))
-    runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size)
+    runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size, dtype=dtype)
     return core, runner
+
+
+def assert_rows_match_transformers(model, logits: torch.Tensor, seqs, tolerance: float = 1e-4) -> None:
+    """Each row of `logits` is transformers' last-position logits over its sequence's
+    whole text (prompt and output so far)."""
+    for row, seq in zip(logits, seqs):
+        ids = list(seq.request.payload.prompt_ids) + seq.output
+        with torch.inference_mode():
+            expected = model(torch.tensor([ids])).logits[0, -1]
+        torch.testing.assert_close(row, expected, atol=tolerance, rtol=tolerance,
+                                   msg=lambda m: f"{seq.id} at {len(ids)} tokens: {m}")
 
 
 def drive(core: Scheduler, runner: ModelRunner, arrivals: dict[int, list[Request]],

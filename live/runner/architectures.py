@@ -2,8 +2,11 @@
 transformers model. Attention is handed in (`Attend`), so the same layers serve
 prefill and paged decode.
 
-A forward pass takes `input_ids` and `positions` (`[tokens]`) and returns the
-logits of the rows `last_rows` asks for (None: every row)."""
+Projections are `linear.projection`s, their weights laid out once for the device;
+a Llama layer's elementwise steps are `layer_ops`. A forward pass takes
+`input_ids` and `positions` (`[tokens]`) and returns the logits of the rows
+`last_rows` asks for (None: every row): the vocabulary is projected for those
+rows alone."""
 from __future__ import annotations
 
 from typing import Protocol
@@ -12,18 +15,9 @@ import torch
 import torch.nn.functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear` over token rows, except that on the CPU 2 or 3 rows are padded to
-    4: for so few rows torch's CPU path streams the weights once per row (measured
-    with one thread: 2 rows cost 2.4 times one row, 4 rows 1.7 times), which makes
-    small decode batches slower than bigger ones."""
-    rows = x.shape[0]
-    if x.device.type == "cpu" and 1 < rows < 4:
-        return F.linear(F.pad(x, (0, 0, 0, 4 - rows)), weight, bias)[:rows]
-    return F.linear(x, weight, bias)
-
 from .kv_cache import KVLayout
+from .layer_ops import activation, layer_ops_for
+from .linear import projection
 
 
 class Attend(Protocol):
@@ -34,6 +28,7 @@ class Attend(Protocol):
 
 class Architecture(Protocol):
     layout: KVLayout
+    heads: int  # of the queries
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Attend,
                 last_rows: torch.Tensor | None) -> torch.Tensor: ...
@@ -74,21 +69,6 @@ class _Weights:
         return torch.cat([p.detach() for p in params]).to(self.device, self.dtype).contiguous()
 
 
-_ACTIVATIONS = {
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu": F.gelu,
-    "relu": F.relu,
-    "silu": F.silu,
-}
-
-
-def _activation(name: str):
-    if name not in _ACTIVATIONS:
-        raise NotImplementedError(f"activation {name!r} is not supported ({', '.join(_ACTIVATIONS)})")
-    return _ACTIVATIONS[name]
-
-
 class GPT2:
     """Learned positions, pre-LayerNorm blocks, fused QKV, GELU MLP, tied head."""
 
@@ -99,20 +79,20 @@ class GPT2:
         take = _Weights(device, dtype)
         body = model.transformer
         self.layout = kv_layout(config)
-        self.eps = config.layer_norm_epsilon
-        self.act = _activation(config.activation_function)
+        self.heads, self.eps = config.n_head, config.layer_norm_epsilon
+        self.act = activation(config.activation_function)
         self.wte, self.wpe = take(body.wte.weight), take(body.wpe.weight)
         self.ln_f = (take(body.ln_f.weight), take(body.ln_f.bias))
         tied = model.lm_head.weight is body.wte.weight
-        self.lm_head = self.wte if tied else take(model.lm_head.weight)
+        self.lm_head = projection(self.wte if tied else take(model.lm_head.weight), None)
         # Conv1D keeps weights as [in, out]; F.linear wants [out, in].
         self.blocks = [{
             "ln_1": (take(b.ln_1.weight), take(b.ln_1.bias)),
             "ln_2": (take(b.ln_2.weight), take(b.ln_2.bias)),
-            "qkv": (take(b.attn.c_attn.weight.T), take(b.attn.c_attn.bias)),
-            "out": (take(b.attn.c_proj.weight.T), take(b.attn.c_proj.bias)),
-            "fc": (take(b.mlp.c_fc.weight.T), take(b.mlp.c_fc.bias)),
-            "proj": (take(b.mlp.c_proj.weight.T), take(b.mlp.c_proj.bias)),
+            "qkv": projection(take(b.attn.c_attn.weight.T), take(b.attn.c_attn.bias)),
+            "out": projection(take(b.attn.c_proj.weight.T), take(b.attn.c_proj.bias)),
+            "fc": projection(take(b.mlp.c_fc.weight.T), take(b.mlp.c_fc.bias)),
+            "proj": projection(take(b.mlp.c_proj.weight.T), take(b.mlp.c_proj.bias)),
         } for b in body.h]
         head_dim = self.layout.head_dim
         self.scales = [(head_dim ** -0.5 if config.scale_attn_weights else 1.0)
@@ -127,14 +107,14 @@ class GPT2:
         n, width = x.shape
         dim = self.layout.head_dim
         for i, block in enumerate(self.blocks):
-            q, k, v = linear(self._norm(x, block["ln_1"]), *block["qkv"]).split(width, -1)
+            q, k, v = block["qkv"](self._norm(x, block["ln_1"])).split(width, -1)
             a = attend(i, q.view(n, -1, dim), k.view(n, -1, dim), v.view(n, -1, dim), self.scales[i])
-            x = x + linear(a.reshape(n, width), *block["out"])
-            h = self.act(linear(self._norm(x, block["ln_2"]), *block["fc"]))
-            x = x + linear(h, *block["proj"])
+            x = x + block["out"](a.reshape(n, width))
+            h = self.act(block["fc"](self._norm(x, block["ln_2"])))
+            x = x + block["proj"](h)
         if last_rows is not None:
             x = x[last_rows]
-        return linear(self._norm(x, self.ln_f), self.lm_head)
+        return self.lm_head(self._norm(x, self.ln_f))
 
 
 class Llama:
@@ -145,44 +125,33 @@ class Llama:
         take = _Weights(device, dtype)
         body = model.model
         self.layout = kv_layout(config)
-        self.heads, self.eps = config.num_attention_heads, config.rms_norm_eps
-        self.act = _activation(config.hidden_act)
+        self.heads = config.num_attention_heads
+        self.ops = layer_ops_for(torch.device(device), dtype, config.rms_norm_eps, config.hidden_act)
         self.scale = self.layout.head_dim ** -0.5
         self.embed = take(body.embed_tokens.weight)
         self.norm = take(body.norm.weight)
         tied = model.lm_head.weight is body.embed_tokens.weight
-        self.lm_head = self.embed if tied else take(model.lm_head.weight)
+        self.lm_head = projection(self.embed if tied else take(model.lm_head.weight), None)
         # One matmul for q, k and v, and one for gate and up.
         self.layers = [{
             "in_norm": take(l.input_layernorm.weight),
             "post_norm": take(l.post_attention_layernorm.weight),
-            "qkv": (take(l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight),
-                    take(l.self_attn.q_proj.bias, l.self_attn.k_proj.bias, l.self_attn.v_proj.bias)),
-            "o": (take(l.self_attn.o_proj.weight), take(l.self_attn.o_proj.bias)),
-            "gate_up": (take(l.mlp.gate_proj.weight, l.mlp.up_proj.weight),
-                        take(l.mlp.gate_proj.bias, l.mlp.up_proj.bias)),
-            "down": (take(l.mlp.down_proj.weight), take(l.mlp.down_proj.bias)),
+            "qkv": projection(
+                take(l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight),
+                take(l.self_attn.q_proj.bias, l.self_attn.k_proj.bias, l.self_attn.v_proj.bias)),
+            "o": projection(take(l.self_attn.o_proj.weight), take(l.self_attn.o_proj.bias)),
+            "gate_up": projection(take(l.mlp.gate_proj.weight, l.mlp.up_proj.weight),
+                                  take(l.mlp.gate_proj.bias, l.mlp.up_proj.bias)),
+            "down": projection(take(l.mlp.down_proj.weight), take(l.mlp.down_proj.bias)),
         } for l in body.layers]
         inv_freq, self.rope_scaling = rope_frequencies(config)
         self.inv_freq = inv_freq.to(device)
-
-    def _rms_norm(self, x, weight):
-        # In float32 whatever the dtype, as the reference implementation does.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * x32.to(x.dtype)
 
     def _rotary(self, positions, dtype):
         angles = positions.float()[:, None] * self.inv_freq
         angles = torch.cat((angles, angles), -1)[:, None, :]  # broadcast over heads
         return ((angles.cos() * self.rope_scaling).to(dtype),
                 (angles.sin() * self.rope_scaling).to(dtype))
-
-    @staticmethod
-    def _rotate(x, cos, sin):
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
-        return x * cos + rotated * sin
 
     def forward(self, input_ids, positions, attend, last_rows):
         x = self.embed[input_ids]
@@ -191,18 +160,22 @@ class Llama:
         dim = layout.head_dim
         q_width, kv_width = self.heads * dim, layout.kv_heads * dim
         cos, sin = self._rotary(positions, x.dtype)
-        for i, layer in enumerate(self.layers):
-            qkv = linear(self._rms_norm(x, layer["in_norm"]), *layer["qkv"])
-            q, k, v = qkv.split((q_width, kv_width, kv_width), -1)
-            q = self._rotate(q.view(n, -1, dim), cos, sin)
-            k = self._rotate(k.view(n, -1, dim), cos, sin)
-            a = attend(i, q, k, v.view(n, -1, dim), self.scale)
-            x = x + linear(a.reshape(n, q_width), *layer["o"])
-            gate, up = linear(self._rms_norm(x, layer["post_norm"]), *layer["gate_up"]).chunk(2, -1)
-            x = x + linear(self.act(gate) * up, *layer["down"])
+        ops = self.ops
+        # Each layer ends in the residual connection and the norm that reads it,
+        # one step: the next layer's input norm, or after the last the final norm.
+        h = ops.rms_norm(x, self.layers[0]["in_norm"])
+        norms = [layer["in_norm"] for layer in self.layers[1:]] + [self.norm]
+        for i, (layer, next_norm) in enumerate(zip(self.layers, norms)):
+            qkv = layer["qkv"](h)
+            # q and k rotated together: one pass of the rotation, not two
+            qk = ops.rotate(qkv[:, :q_width + kv_width].view(n, -1, dim), cos, sin)
+            q, k = qk.split((self.heads, layout.kv_heads), 1)
+            a = attend(i, q, k, qkv[:, q_width + kv_width:].view(n, -1, dim), self.scale)
+            h = ops.add_rms_norm(x, layer["o"](a.reshape(n, q_width)), layer["post_norm"])
+            h = ops.add_rms_norm(x, layer["down"](ops.gated(layer["gate_up"](h))), next_norm)
         if last_rows is not None:
-            x = x[last_rows]
-        return linear(self._rms_norm(x, self.norm), self.lm_head)
+            h = h[last_rows]
+        return self.lm_head(h)
 
 
 _FAMILIES = {"gpt2": GPT2, "llama": Llama}

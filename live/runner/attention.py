@@ -1,18 +1,24 @@
 """Attention for decode: one query per sequence, reading its context from the
 paged cache through its block table (prefill's is in `prefill_attention`).
 `decode_attention_for` is the one place the decode attention is chosen:
-`paged_decode_attention` here, the reference, or on CUDA the Triton kernel of
-`triton_attention`; both take the cache, the block tables and the context lengths.
+`paged_decode_attention` here, the reference, or a kernel that reads the cache in
+place: on CUDA the Triton kernel of `triton_attention`, on the CPU the compiled one
+of `cpu.attention`. All take the cache, the block tables and the context lengths.
 
 Shapes: q `[sequences, heads, head_dim]`, caches `[num_blocks, block_size, kv_heads,
 head_dim]`; grouped-query attention when kv_heads < heads."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from .kv_cache import KVLayout
+
+log = logging.getLogger("twinstep.runner")
 
 
 @dataclass(frozen=True)
@@ -70,11 +76,22 @@ class ReferenceDecodeAttention:
         return paged_decode_attention(q, k_cache, v_cache, context, scale)
 
 
-def decode_attention_for(device: torch.device, block_size: int) -> DecodeAttention:
-    """The Triton kernel on CUDA when triton is installed, else the reference."""
+def decode_attention_for(device: torch.device, dtype: torch.dtype, block_size: int, heads: int,
+                         layout: KVLayout) -> DecodeAttention:
+    """The Triton kernel on CUDA when triton is installed; on the CPU the compiled
+    kernel for float32 and bfloat16 when it builds; else the reference."""
     if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
         from .triton_attention import TritonDecodeAttention
         return TritonDecodeAttention(device)
+    if device.type == "cpu":
+        from .cpu.attention import DTYPES, CpuDecodeAttention
+        from .cpu.build import NativeBuildError
+        if dtype in DTYPES:
+            try:
+                return CpuDecodeAttention(heads, layout.kv_heads, layout.head_dim)
+            except NativeBuildError as exc:
+                log.warning("the CPU decode attention kernel is not available, decode takes "
+                            "the slower reference path: %s", exc)
     return ReferenceDecodeAttention(block_size, device)
 
 

@@ -13,7 +13,7 @@ from functools import partial
 
 import torch
 
-from .triton_attention import BlockTables
+from .kv_cache import BlockTables
 
 DecodeForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, BlockTables], torch.Tensor]
 """(token ids, positions, cache slots, block tables) -> logits `[rows, vocab]`."""

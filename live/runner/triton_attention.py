@@ -18,23 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-
-@dataclass(frozen=True)
-class BlockTables:
-    """The decoding sequences' block tables as one `[sequences, width]` int32 grid
-    (rows padded with block 0, never read past a context's end) and their context
-    lengths in tokens."""
-
-    tables: torch.Tensor
-    lens: torch.Tensor
-
-    @classmethod
-    def build(cls, block_tables: list[list[int]], context_lens: list[int],
-              device: torch.device | str) -> BlockTables:
-        width = max(len(t) for t in block_tables)
-        rows = [list(t) + [0] * (width - len(t)) for t in block_tables]
-        return cls(torch.tensor(rows, dtype=torch.int32, device=device),
-                   torch.tensor(context_lens, dtype=torch.int32, device=device))
+from .kv_cache import BlockTables
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from live.runner import cuda_graphs, model_runner
-from live.runner.attention import ReferenceDecodeAttention
+from live.runner.cpu.attention import CpuDecodeAttention
 from live.engine.engine import Engine
 from live.runner.prefill_attention import PaddedPrefill
 from live.runner.model_runner import ModelRunner
@@ -42,7 +42,7 @@ def fast_device(monkeypatch) -> str:
     pytest.importorskip("triton")
     from live.runner.triton_attention import TritonDecodeAttention
     monkeypatch.setattr(model_runner, "decode_attention_for",
-                        lambda device, block_size: TritonDecodeAttention(device))
+                        lambda device, *shape: TritonDecodeAttention(device))
     monkeypatch.setattr(model_runner, "prefill_attention_for", PaddedPrefill)
     monkeypatch.setattr(cuda_graphs, "CudaGraphCapture", EagerCapture)
     return "cpu"
@@ -81,11 +81,11 @@ def count_replays(runner: ModelRunner) -> list[tuple[int, int]]:
     return replays
 
 
-def test_the_cpu_takes_the_reference_path():
+def test_the_cpu_takes_its_compiled_kernel():
     runner = ModelRunner(tiny_llama(), num_blocks=16, block_size=4)
     core = Scheduler(SchedulerConfig(num_blocks=16, block_size=4))
     outputs = drive(core, runner, {0: [request("a", prompt(6, 1), 3)]})
-    assert isinstance(runner.decode_attention, ReferenceDecodeAttention)
+    assert isinstance(runner.decode_attention, CpuDecodeAttention)
     assert runner.graphs is None and runner.last_device_s is None
     assert len(outputs["a"]) == 3 and runner.cache.keys[0].shape[0] == 16
 

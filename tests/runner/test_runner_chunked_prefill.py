@@ -2,13 +2,12 @@
 prompt's earlier tokens from the paged cache, so every logit is transformers'
 own, and greedy tokens are those of an unchunked run, also across preemptions."""
 import pytest
-import torch
 
 from live.engine.engine import Engine
 from live.runner.model_runner import ModelRunner
 from scheduler import FinishReason, SchedulerConfig
 from engine_helpers import ByteTokenizer, requests, run_engine
-from tiny_models import BUILDERS, drive, make, prompt, request
+from tiny_models import BUILDERS, assert_rows_match_transformers, drive, make, prompt, request
 
 ARRIVALS = {  # step -> (id, prompt length, new tokens)
     0: [("a", 5, 8), ("b", 19, 6)],
@@ -33,12 +32,7 @@ def test_chunked_logits_match_transformers_every_step(family, block_size):
     def execute(plan):
         logits = runner.forward_logits(plan)
         assert logits.shape == (len(plan.sequences), model.config.vocab_size)
-        for row, seq in zip(logits, plan.sequences):
-            ids = list(seq.request.payload.prompt_ids) + seq.output
-            with torch.inference_mode():
-                expected = model(torch.tensor([ids])).logits[0, -1]
-            torch.testing.assert_close(row, expected, atol=1e-4, rtol=1e-4,
-                                       msg=lambda m: f"{seq.id} at {len(ids)} tokens: {m}")
+        assert_rows_match_transformers(model, logits, plan.sequences)
         continued = [s for s in plan.chunks if s.prefill_start]
         seen["partials"] += len(plan.partials)
         seen["continued"] += len(continued)

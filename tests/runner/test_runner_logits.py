@@ -6,7 +6,7 @@ import torch
 
 from live.runner.model_runner import ModelRunner
 from scheduler import Scheduler, SchedulerConfig
-from tiny_models import BUILDERS, drive, make, prompt, request
+from tiny_models import BUILDERS, assert_rows_match_transformers, drive, make, prompt, request
 
 ARRIVALS = {  # step -> (id, prompt length, new tokens)
     0: [("a", 5, 8), ("b", 19, 6)],
@@ -29,12 +29,7 @@ def test_logits_match_transformers_every_step(family, block_size):
         logits = runner.forward_logits(plan)
         seqs = plan.prefills + plan.decodes
         assert logits.shape == (len(seqs), model.config.vocab_size)
-        for row, seq in zip(logits, seqs):
-            ids = list(seq.request.payload.prompt_ids) + seq.output
-            with torch.inference_mode():
-                expected = model(torch.tensor([ids])).logits[0, -1]
-            torch.testing.assert_close(row, expected, atol=1e-4, rtol=1e-4,
-                                       msg=lambda m: f"{seq.id} at {len(ids)} tokens: {m}")
+        assert_rows_match_transformers(model, logits, seqs)
         checked["prefill"] += len(plan.prefills)
         checked["decode"] += len(plan.decodes)
         checked["mixed_steps"] += bool(plan.prefills and plan.decodes)

@@ -1,9 +1,12 @@
-"""Sampling: a seeded request gives the same tokens alone and in a batch; top-k and
-top-p narrow the draw; unseeded sampling follows the runner's global seed."""
+"""Sampling: greedy is argmax (the first of equal largest logits) on every path; a
+seeded request gives the same tokens alone and in a batch; top-k and top-p narrow
+the draw; unseeded sampling follows the runner's global seed."""
+import pytest
 import torch
 
+from live.runner.cpu.sampling import CpuGreedy
 from live.runner.params import GenerationInput, SamplingParams
-from live.runner.sampler import Sampler
+from live.runner.sampler import Sampler, greedy_for
 from scheduler import Request, Sequence
 from tiny_models import drive, make, prompt, request, tiny_llama
 
@@ -52,6 +55,34 @@ def test_top_k_1_and_tiny_top_p_are_greedy():
             seq("g")]
     for _ in range(5):
         assert Sampler().sample(logits, seqs) == logits.argmax(-1).tolist()
+
+
+def test_greedy_takes_the_first_of_equal_largest_logits_in_every_dtype():
+    """bf16 logits tie often (8 bits of precision): the first wins, as with argmax."""
+    logits = torch.zeros(4, 49_152)
+    for row, tied in enumerate([(7, 8), (30_000, 5), (0, 49_151), (12, 12)]):
+        logits[row, list(tied)] = 3.0
+    for dtype in (torch.float32, torch.bfloat16):
+        assert Sampler().sample(logits.to(dtype), [seq(f"s{i}") for i in range(4)]) == [7, 5, 0, 12]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("vocab", [1, 7, 16, 17, 100, 49_152])
+def test_greedy_on_the_cpu_is_argmax_for_any_vocabulary(vocab, dtype):
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randint(-3, 4, (5, vocab), generator=g).to(dtype)  # many ties
+    logits[2] = torch.randn(vocab, generator=g).to(dtype)
+    assert isinstance(greedy_for(torch.device("cpu")), CpuGreedy)
+    assert Sampler().sample(logits, [seq(f"s{i}") for i in range(5)]) == logits.argmax(-1).tolist()
+
+
+def test_without_a_compiler_greedy_takes_torchs_max(tmp_path, monkeypatch):
+    monkeypatch.setenv("TWINSTEP_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    assert not isinstance(greedy_for(torch.device("cpu")), CpuGreedy)
+    logits = torch.tensor([[0.0, 2.0, 2.0], [5.0, 1.0, 5.0]], dtype=torch.bfloat16)
+    assert Sampler().sample(logits, [seq("a"), seq("b")]) == [1, 0]
 
 
 def test_top_k_draws_only_from_the_k_most_likely():

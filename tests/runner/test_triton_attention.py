@@ -1,8 +1,7 @@
 """The Triton decode attention against the reference `paged_decode_attention` on
-random paged caches: block tables out of order and longer than the context (as
-reservation makes them), contexts ending inside, on and past block boundaries,
-grouped-query and multi-head attention, head sizes and block sizes that are not
-powers of two. On CUDA the kernel is compiled; elsewhere Triton's interpreter runs
+random paged caches (`paged_cases`): contexts ending inside, on and past block
+boundaries, grouped-query and multi-head attention, head sizes and block sizes
+that are not powers of two. On CUDA the kernel is compiled; elsewhere Triton's interpreter runs
 it on CPU tensors, which needs TRITON_INTERPRET=1 before triton is first imported
 (torch imports it along with transformers), so the test session sets it."""
 import os
@@ -15,11 +14,10 @@ if DEVICE == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 triton = pytest.importorskip("triton")
 
-from live.runner.attention import PagedContext, paged_decode_attention
-from live.runner.triton_attention import BlockTables, TritonDecodeAttention, triton_decode_attention
-
-LENGTHS = [1, 4, 5, 16, 17, 40, 64, 65, 150]
-"""Contexts ending inside, on and past blocks, and on and past the kernel's tiles."""
+import paged_cases
+from live.runner.kv_cache import BlockTables
+from live.runner.triton_attention import TritonDecodeAttention, triton_decode_attention
+from paged_cases import LENGTHS, reference, strided_case
 
 
 @pytest.fixture(autouse=True)
@@ -30,24 +28,8 @@ def interpreted_on_the_cpu():
                     "cannot run on the CPU; set it at the start of the session (tests/conftest.py)")
 
 
-def random_case(heads, kv_heads, dim, block_size, dtype, lengths=LENGTHS, seed=0):
-    """Caches, per-sequence tables with a spare block or two past the context, and queries."""
-    g = torch.Generator().manual_seed(seed)
-    need = [-(-n // block_size) + i % 3 for i, n in enumerate(lengths)]
-    num_blocks = sum(need) + 3
-    k_cache = torch.randn(num_blocks, block_size, kv_heads, dim, generator=g)
-    v_cache = torch.randn(num_blocks, block_size, kv_heads, dim, generator=g)
-    order = torch.randperm(num_blocks, generator=g).tolist()
-    tables = [[order.pop() for _ in range(n)] for n in need]
-    q = torch.randn(len(lengths), heads, dim, generator=g)
-    return (q.to(DEVICE, dtype), k_cache.to(DEVICE, dtype), v_cache.to(DEVICE, dtype), tables)
-
-
-def reference(q, k_cache, v_cache, tables, lengths, block_size, scale):
-    """The CPU reference path in float32 on the same (possibly bf16-rounded) values."""
-    context = PagedContext.build(tables, lengths, block_size, "cpu")
-    return paged_decode_attention(q.float().cpu(), k_cache.float().cpu(), v_cache.float().cpu(),
-                                  context, scale)
+def random_case(heads, kv_heads, dim, block_size, dtype, **kwargs):
+    return paged_cases.random_case(heads, kv_heads, dim, block_size, dtype, DEVICE, **kwargs)
 
 
 @pytest.mark.parametrize("block_size", [1, 4, 6, 16])
@@ -83,17 +65,10 @@ def test_bfloat16_stays_within_bfloat16_rounding(heads, kv_heads):
 
 
 def test_reads_strided_queries_as_the_model_hands_them():
-    """GPT-2 splits q out of a fused projection: rows 3x wider than the heads."""
-    heads, dim, block_size = 4, 16, 4
-    q, k_cache, v_cache, tables = random_case(heads, heads, dim, block_size, torch.float32, seed=2)
-    fused = torch.cat([q.view(len(LENGTHS), -1)] * 3, dim=1)
-    strided = fused[:, :heads * dim].view(len(LENGTHS), heads, dim)
-    assert not strided.is_contiguous()
-    out = TritonDecodeAttention(torch.device(DEVICE))(
-        strided, k_cache, v_cache, TritonDecodeAttention(torch.device(DEVICE)).context(tables, LENGTHS),
-        0.25)
-    torch.testing.assert_close(out.cpu(), reference(q, k_cache, v_cache, tables, LENGTHS,
-                                                    block_size, 0.25), atol=2e-5, rtol=2e-5)
+    strided, k_cache, v_cache, tables, expected = strided_case(DEVICE)
+    attention = TritonDecodeAttention(torch.device(DEVICE))
+    out = attention(strided, k_cache, v_cache, attention.context(tables, LENGTHS), 0.25)
+    torch.testing.assert_close(out.cpu(), expected, atol=2e-5, rtol=2e-5)
 
 
 def test_block_tables_pad_rows_and_keep_lengths():
