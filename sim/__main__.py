@@ -24,6 +24,8 @@ from traces.load_options import add_load_options, load_options
 from traces.summary import format_summary
 
 from .cost_model import ConstantCost, CostModel
+from .fit import FitReport
+from .fitted_ranges import FittedRanges
 from .profile import CPU_SMOLLM2, build_profile, load_profile, save_profile
 from .progress import ReplayBar, SweepBar, wanted
 from .replay import replay
@@ -48,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 def _replay(args) -> int:
     """The records go to their files as the replay makes them, so that its memory is
     what is in flight, not what the trace holds."""
-    trace, cost, settings = _inputs(args, streamed=True)
-    setup = build_setup(cost, **settings)
+    trace, (cost, fitted), settings = _inputs(args, streamed=True)
+    setup = build_setup(cost, fitted=fitted, **settings)
     out = Path(args.out) if args.out else None
     bar = None
     if wanted(args.quiet):
@@ -75,6 +77,8 @@ def _replay(args) -> int:
     advice = refusal_advice(result.summary, result.refusals)
     if advice:
         print(advice)
+    for beyond in result.beyond_fitted:
+        print(f"beyond the profile's fit: {beyond.describe()}")
     if out is not None:
         (out / "summary.json").write_text(json.dumps(result.summary.as_dict(), indent=2) + "\n")
         (out / "setup.json").write_text(json.dumps(_about(args, cost, settings), indent=2) + "\n")
@@ -87,7 +91,7 @@ def _discard(outcome) -> None:
 
 
 def _sweep(args) -> int:
-    trace, cost, settings = _inputs(args)
+    trace, (cost, _), settings = _inputs(args)
     grid = dict(parse_param(p) for p in args.param)
     bar = SweepBar(math.prod(map(len, grid.values()))) if wanted(args.quiet) else None
     try:
@@ -113,12 +117,16 @@ def _fit(args) -> int:
     report = profile.fit
     print(f"{profile.steps} steps ({report['holdout_steps']} held out): MAPE {report['mape']:.2%}, "
           f"p90 |rel err| {report['p90_rel_error']:.2%}, R2 {report['r2']:.4f}")
+    print(f"held out, by kind: {FitReport(**report).describe_kinds()}")
+    print("fitted up to: " + ", ".join(f"{k} {v:,}" for k, v in profile.fitted_ranges.items()))
     print(f"wrote {args.output}")
     return 0
 
 
-def _inputs(args, streamed: bool = False) -> tuple[Iterable[TraceRequest], CostModel, dict]:
-    """The trace, the cost model and the flat settings the command line gives. With
+def _inputs(args, streamed: bool = False) -> tuple[Iterable[TraceRequest],
+                                                   tuple[CostModel, FittedRanges | None], dict]:
+    """The trace, the cost model with the ranges it was fitted on (if a profile
+    says), and the flat settings the command line gives. With
     `streamed`, a native trace loaded as it is (no load option) is read a request at
     a time as the replay goes, so that a trace of any length replays in the memory
     of what is in flight."""
@@ -130,12 +138,12 @@ def _inputs(args, streamed: bool = False) -> tuple[Iterable[TraceRequest], CostM
         trace = load_trace(args.trace, **options)
     if args.constant_cost is not None:
         cost: CostModel = ConstantCost(args.constant_cost)
-        pool, measured = DEFAULT_POOL, {}
+        fitted, pool, measured = None, DEFAULT_POOL, {}
     else:
         profile = load_profile(args.profile)
-        cost = profile.cost_model()
+        cost, fitted = profile.cost_model(), profile.ranges()
         pool, measured = profile.num_blocks or DEFAULT_POOL, profile.overheads
-    return trace, cost, replay_settings(serve, SimSettings(**given(args, SimSettings)), pool,
+    return trace, (cost, fitted), replay_settings(serve, SimSettings(**given(args, SimSettings)), pool,
                                         measured)
 
 

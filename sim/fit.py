@@ -6,7 +6,7 @@ A step log is JSONL, one line per step: the `PlanFeatures` fields plus `step`,
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +21,24 @@ def load_step_log(path: str | Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+KINDS = ("decode", "prefill", "mixed", "chunked")
+"""Steps by the work they do: decodes alone, prompts alone, both, and any step
+with a chunk that continues a prompt or leaves it unfinished. One pooled error
+hides a kind the fit misses when the other kinds are many."""
+
+
+def step_kind(step: dict) -> str:
+    """A logged step's kind (a log without `chunked` has no chunked step)."""
+    if step.get("chunked"):
+        return "chunked"
+    if not step["num_prefills"]:
+        return "decode"
+    return "mixed" if step["decode_batch"] else "prefill"
+
+
 @dataclass(frozen=True)
 class FitReport:
-    """Errors of the fitted model on the held-out steps."""
+    """Errors of the fitted model on the held-out steps, pooled and by kind."""
 
     train_steps: int
     holdout_steps: int
@@ -32,9 +47,17 @@ class FitReport:
     p90_rel_error: float
     """90th percentile of the absolute relative error."""
     r2: float
+    by_kind: dict[str, dict] = field(default_factory=dict)
+    """For each of `KINDS` among the held-out steps: `steps`, `mape` and
+    `p90_rel_error` of those steps alone."""
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def describe_kinds(self) -> str:
+        """One line: each kind's held-out error."""
+        return "; ".join(f"{kind} {e['mape']:.1%} (p90 {e['p90_rel_error']:.1%}, {e['steps']} steps)"
+                         for kind, e in self.by_kind.items())
 
 
 def design_matrix(steps: list[dict]) -> np.ndarray:
@@ -62,10 +85,14 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
     error = np.array([cost.cost(_features(steps[i])) for i in hold]) - actual
     rel = np.abs(error) / actual
     total = ((actual - actual.mean()) ** 2).sum()
+    kinds = np.array([step_kind(steps[i]) for i in hold])
     report = FitReport(
         train_steps=len(train), holdout_steps=len(hold),
         mape=float(rel.mean()), p90_rel_error=float(np.quantile(rel, 0.9)),
-        r2=float(1 - (error ** 2).sum() / total) if total > 0 else float("nan"))
+        r2=float(1 - (error ** 2).sum() / total) if total > 0 else float("nan"),
+        by_kind={kind: {"steps": int((kinds == kind).sum()), "mape": float(rel[kinds == kind].mean()),
+                        "p90_rel_error": float(np.quantile(rel[kinds == kind], 0.9))}
+                 for kind in KINDS if (kinds == kind).any()})
     return cost, report
 
 

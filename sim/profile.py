@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .cost_model import FEATURES, LinearCost
 from .fit import fit, load_step_log
+from .fitted_ranges import FittedRanges
 from .overheads import Overheads
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
@@ -35,12 +36,18 @@ class Profile:
     """`LinearCost.batch_excess`: seconds above the linear terms by decode batch."""
     overheads: dict[str, float] = field(default_factory=dict)
     """`Overheads` fields a calibration measured outside the engine's steps."""
+    fitted_ranges: dict[str, int] = field(default_factory=dict)
+    """`FittedRanges`: each watched feature's largest value among the steps of the
+    fit; a profile saved before these were kept has none."""
 
     def cost_model(self) -> LinearCost:
         return LinearCost(**self.coefficients, batch_excess=tuple(self.batch_excess))
 
     def overheads_model(self) -> Overheads:
         return Overheads(**self.overheads)
+
+    def ranges(self) -> FittedRanges | None:
+        return FittedRanges(**self.fitted_ranges) if self.fitted_ranges else None
 
 
 def build_profile(step_log: str | Path, hardware: str, model: str, dtype: str, *,
@@ -56,6 +63,7 @@ def build_profile(step_log: str | Path, hardware: str, model: str, dtype: str, *
         hardware=hardware, model=model, dtype=dtype, coefficients=cost.coefficients(),
         batch_excess=list(cost.batch_excess),
         fit=report.as_dict(), steps=len(steps),
+        fitted_ranges=FittedRanges.of(steps).as_dict(),
         date=datetime.date.today().isoformat(),
         device=device or logged("device"),
         block_size=block_size or logged("block_size"),

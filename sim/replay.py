@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 import simpy
@@ -13,6 +13,7 @@ from traces.record import TraceRequest
 from traces.sessions import Sessions
 from traces.summary import Summary, Tally
 
+from .fitted_ranges import Beyond, RangeWatch
 from .serving.client import SimClient, check_reader
 from .serving.engine import SimEngine
 from .serving.hub import Hub
@@ -34,6 +35,9 @@ class Replay:
     wall_s: float
     refusals: dict[str, int]
     """Requests refused before their stream began, by `Refusal` value."""
+    beyond_fitted: list[Beyond] = field(default_factory=list)
+    """The features the replay took past the ranges its cost model was fitted on
+    (none known without `ReplaySetup.fitted`)."""
 
 
 class ReplayNotDrained(RuntimeError):
@@ -88,7 +92,8 @@ def replay(trace: Iterable[TraceRequest], setup: ReplaySetup, probe: Probe | Non
             tally.add(client.outcome)
             (kept.append if records is None else records)(client.outcome)
 
-        engine = SimEngine(env, core, setup.cost, series, stops_early=setup.max_tokens_factor > 1)
+        cost = setup.cost if setup.fitted is None else RangeWatch(setup.cost, setup.fitted)
+        engine = SimEngine(env, core, cost, series, stops_early=setup.max_tokens_factor > 1)
         hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake, settled,
                   resume_grace_s=setup.resume_grace_s, max_tokens_factor=setup.max_tokens_factor)
         env.process(arriving.run(env, hub, setup, in_flight))
@@ -109,7 +114,8 @@ def replay(trace: Iterable[TraceRequest], setup: ReplaySetup, probe: Probe | Non
         position = {r.id: i for i, r in enumerate(trace)}
         kept.sort(key=lambda o: position[o.id])
     return Replay(kept, series, summary, core.snapshot().step, hub.events_discarded,
-                  time.perf_counter() - started, refusals_by_reason(tally.refusals))
+                  time.perf_counter() - started, refusals_by_reason(tally.refusals),
+                  cost.beyond() if isinstance(cost, RangeWatch) else [])
 
 
 class Arrivals:

@@ -11,6 +11,7 @@ from scheduler.settings import SHARED, ServeSettings, scoped
 from traces.slo import Slo
 
 from .cost_model import CostModel
+from .fitted_ranges import FittedRanges
 from .overheads import Overheads
 from .wire import WIRE_FORMATS, WireFormat, wire_format
 
@@ -33,6 +34,9 @@ class ReplaySetup:
     stops (eos) where the trace's output ends. 1: they ask for exactly that."""
     slo: Slo | None = None
     """What the summary judges each request by (attainment and goodput)."""
+    fitted: FittedRanges | None = None
+    """The ranges `cost` was fitted on: the replay says which features it took
+    past them (`Replay.beyond_fitted`)."""
 
     def __post_init__(self):
         if self.resume_grace_s < 0:
@@ -52,12 +56,14 @@ SETTINGS = ("policy", "wire", "event_padding", "resume_grace_s", "max_tokens_fac
 def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twinstep",
                 event_padding: int = 0, resume_grace_s: float = 0.0,
                 max_tokens_factor: float = 1.0, slo_ttft_s: float | None = None,
-                slo_tpot_s: float | None = None, **settings) -> ReplaySetup:
+                slo_tpot_s: float | None = None, fitted: FittedRanges | None = None,
+                **settings) -> ReplaySetup:
     """`settings` are SchedulerConfig fields, Overheads fields and backlog policy
     parameters, by name; a parameter the chosen policy does not take is ignored, so
     one set of settings serves a sweep over policies. `event_padding`,
     `resume_grace_s` and `max_tokens_factor`: see `WireFormat.padded` and
-    `ReplaySetup`; `slo_ttft_s` and `slo_tpot_s`: its `Slo`."""
+    `ReplaySetup`; `slo_ttft_s` and `slo_tpot_s`: its `Slo`; `fitted`: the ranges
+    the cost model was fitted on."""
     unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
@@ -71,6 +77,7 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
         resume_grace_s=resume_grace_s,
         max_tokens_factor=max_tokens_factor,
         slo=Slo.given(slo_ttft_s, slo_tpot_s),
+        fitted=fitted,
     )
 
 

@@ -98,6 +98,8 @@ class Engine:
                                  admitted=self.core.num_admitted, waiting=self.core.num_waiting,
                                  paused=self.core.num_paused,
                                  blocks_reserved=self.core.pool.reserved_blocks,
+                                 chunked=bool(plan.partials)
+                                 or any(seq.prefill_start for seq in plan.prefills),
                                  device_s=getattr(self.runner, "last_device_s", None))
         return out
 

@@ -51,13 +51,14 @@ class StepLog:
 
     def record(self, step: int, start_s: float, duration_s: float, features: PlanFeatures, *,
                tokens: int, admitted: int, waiting: int, paused: int, blocks_reserved: int,
-               device_s: float | None = None) -> None:
+               chunked: bool = False, device_s: float | None = None) -> None:
         """`start_s` is on the engine's own clock; the record's `start_unix` lines it
         up with clients. `tokens`: those the step made (a chunk that does not end its
         prompt makes none). The counts are the core's queue sizes after the step.
+        `chunked`: a chunk of the step continued a prompt or left it unfinished.
         `device_s`: the step's time on the GPU, where the runner measures it."""
         entry = (step, start_s, duration_s, time.time() - duration_s, _feature_values(features),
-                 tokens, admitted, waiting, paused, blocks_reserved, device_s)
+                 tokens, admitted, waiting, paused, blocks_reserved, chunked, device_s)
         self._ring.append(entry)
         with self._lock:
             if self._file is not None:
@@ -70,11 +71,12 @@ class StepLog:
 
     def _as_record(self, entry: tuple) -> dict:
         (step, start_s, duration_s, start_unix, features, tokens, admitted, waiting, paused,
-         reserved, device_s) = entry
+         reserved, chunked, device_s) = entry
         record = {"step": step, "start_s": round(start_s, 6), "duration_s": round(duration_s, 7),
                   "start_unix": round(start_unix, 6), **dict(zip(FEATURE_NAMES, features)),
                   "tokens": tokens, "admitted": admitted, "waiting": waiting, "paused": paused,
-                  "blocks_reserved": reserved, "device": self._device, **self._meta}
+                  "blocks_reserved": reserved, "chunked": chunked, "device": self._device,
+                  **self._meta}
         if device_s is not None:
             record["device_s"] = round(device_s, 7)
         return record
