@@ -15,6 +15,7 @@ from .overheads import Overheads
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 CPU_SMOLLM2 = "cpu-smollm2-135m-fp32"
+"""The default profile: the embedded model on the CPU, in the default dtype."""
 
 
 @dataclass(frozen=True)
@@ -92,16 +93,16 @@ def load_profile(path_or_name: str | Path) -> Profile:
     return Profile(**data)
 
 
-def regenerate_cpu_smollm2_profile(step_log: str | Path, *, block_size: int | None = None,
-                                   max_batch: int | None = None,
+def regenerate_cpu_smollm2_profile(step_log: str | Path, *, dtype: str = "fp32",
+                                   block_size: int | None = None, max_batch: int | None = None,
                                    num_blocks: int | None = None) -> Path:
-    """Rewrite the shipped CPU profile of the embedded SmolLM2-135M (fp32) from a
-    live step log of that model on the CPU; the engine settings it ran with come
-    from the arguments or the log."""
+    """Rewrite the shipped CPU profile of the embedded SmolLM2-135M in `dtype`
+    (`fp32`, `bf16`) from a live step log of that model on the CPU; the engine
+    settings it ran with come from the arguments or the log."""
     profile = build_profile(step_log, hardware="cpu", model="SmolLM2-135M-Instruct",
-                            dtype="fp32", device="cpu", block_size=block_size,
+                            dtype=dtype, device="cpu", block_size=block_size,
                             max_batch=max_batch, num_blocks=num_blocks)
-    path = SHIPPED_DIR / f"{CPU_SMOLLM2}.json"
+    path = SHIPPED_DIR / f"cpu-smollm2-135m-{dtype}.json"
     path.parent.mkdir(parents=True, exist_ok=True)  # git keeps no empty folder
     save_profile(profile, path)
     return path

@@ -96,7 +96,10 @@ def test_profiles_load_by_shipped_name_and_unknown_ones_say_what_exists(tmp_path
     assert path == tmp_path / "profiles" / "cpu-smollm2-135m-fp32.json"
     profile = load_profile("cpu-smollm2-135m-fp32")
     assert (profile.hardware, profile.dtype, profile.device, profile.max_batch) == ("cpu", "fp32", "cpu", 8)
-    with pytest.raises(FileNotFoundError, match="cpu-smollm2-135m-fp32"):
+    path = regenerate_cpu_smollm2_profile(log, dtype="bf16")
+    assert path == tmp_path / "profiles" / "cpu-smollm2-135m-bf16.json"
+    assert load_profile("cpu-smollm2-135m-bf16").dtype == "bf16"
+    with pytest.raises(FileNotFoundError, match="cpu-smollm2-135m-bf16, cpu-smollm2-135m-fp32"):
         load_profile("gpu-nothing")
 
 
