@@ -91,11 +91,12 @@ def _discard(outcome) -> None:
 
 
 def _sweep(args) -> int:
-    trace, (cost, _), settings = _inputs(args)
+    trace, (cost, fitted), settings = _inputs(args)
     grid = dict(parse_param(p) for p in args.param)
     bar = SweepBar(math.prod(map(len, grid.values()))) if wanted(args.quiet) else None
     try:
-        rows = sweep(trace, cost, settings, grid, jobs=args.jobs, ray_address=args.ray, on_done=bar)
+        rows = sweep(trace, cost, settings, grid, fitted=fitted, jobs=args.jobs,
+                     ray_address=args.ray, on_done=bar)
     finally:
         if bar is not None:
             bar.close()

@@ -16,6 +16,7 @@ from traces.shaping import shape
 from traces.summary import Summary
 
 from .cost_model import CostModel
+from .fitted_ranges import Beyond, FittedRanges
 from .replay import replay
 from .settings import SETTINGS, ReplaySetup, build_setup
 
@@ -31,8 +32,12 @@ TRACE_SETTINGS = ("rate_scale",)
 """Settings that change the trace rather than the server: rate_scale 2 makes the
 arrivals twice as fast."""
 
-Row = tuple[dict, Summary]
-"""The varied settings of one combination, and its replay's summary."""
+Row = tuple[dict, Summary, tuple[Beyond, ...]]
+"""The varied settings of one combination, its replay's summary, and the features
+it took past the ranges the cost model was fitted on."""
+
+Outcome = tuple[Summary, tuple[Beyond, ...]]
+"""What one replay of a sweep brings back."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,11 @@ def parse_param(text: str) -> tuple[str, list]:
     return name.strip(), [_value(v.strip()) for v in values.split(",")]
 
 
-def cases(cost: CostModel, base: dict, grid: dict[str, list]) -> list[Case]:
+def cases(cost: CostModel, base: dict, grid: dict[str, list],
+          fitted: FittedRanges | None = None) -> list[Case]:
     """Every combination of `grid`'s values over the `base` settings (the names
-    `build_setup` takes, and TRACE_SETTINGS), in grid order. All are built, and so
-    checked, before any replay starts."""
+    `build_setup` takes, and TRACE_SETTINGS), in grid order, each watched against
+    the ranges `fitted`. All are built, and so checked, before any replay starts."""
     unknown = set(grid) - set(SETTINGS) - set(TRACE_SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: "
@@ -68,34 +74,36 @@ def cases(cost: CostModel, base: dict, grid: dict[str, list]) -> list[Case]:
         rate_scale = settings.pop("rate_scale", 1.0)
         if isinstance(rate_scale, str) or not rate_scale > 0:
             raise ValueError(f"rate_scale must be a positive number, got {rate_scale!r}")
-        combos.append(Case(varied, build_setup(cost, **settings), float(rate_scale)))
+        combos.append(Case(varied, build_setup(cost, fitted=fitted, **settings),
+                           float(rate_scale)))
     return combos
 
 
 def sweep(trace: list[TraceRequest], cost: CostModel, base: dict, grid: dict[str, list], *,
-          jobs: int = 1, ray_address: str | None = None,
+          fitted: FittedRanges | None = None, jobs: int = 1, ray_address: str | None = None,
           on_done: Callable[[], None] | None = None) -> list[Row]:
     """One replay per combination (see `cases`), on `jobs` local processes, or on
     the Ray cluster at `ray_address` ("local" starts one on this machine).
     `on_done` is called as each replay finishes."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    todo = cases(cost, base, grid)
+    todo = cases(cost, base, grid, fitted)
     done = on_done or (lambda: None)
     if ray_address is not None:
-        summaries = _on_ray(ray_address, trace, todo, done)
+        outcomes = _on_ray(ray_address, trace, todo, done)
     elif jobs > 1 and len(todo) > 1:
-        summaries = _on_processes(min(jobs, len(todo)), trace, todo, done)
+        outcomes = _on_processes(min(jobs, len(todo)), trace, todo, done)
     else:
-        summaries = []
+        outcomes = []
         for case in todo:
-            summaries.append(run_case(trace, case))
+            outcomes.append(run_case(trace, case))
             done()
-    return [(case.varied, summary) for case, summary in zip(todo, summaries)]
+    return [(case.varied, *outcome) for case, outcome in zip(todo, outcomes)]
 
 
-def run_case(trace: list[TraceRequest], case: Case) -> Summary:
-    return replay(scale_rate(trace, case.rate_scale), case.setup).summary
+def run_case(trace: list[TraceRequest], case: Case) -> Outcome:
+    result = replay(scale_rate(trace, case.rate_scale), case.setup)
+    return result.summary, tuple(result.beyond_fitted)
 
 
 def scale_rate(trace: list[TraceRequest], rate_scale: float) -> list[TraceRequest]:
@@ -103,7 +111,7 @@ def scale_rate(trace: list[TraceRequest], rate_scale: float) -> list[TraceReques
 
 
 def _on_processes(jobs: int, trace: list[TraceRequest], todo: list[Case],
-                  done: Callable[[], None]) -> list[Summary]:
+                  done: Callable[[], None]) -> list[Outcome]:
     # Each worker gets the trace once, when it starts, not with every case.
     with ProcessPoolExecutor(jobs, initializer=_keep_trace, initargs=(trace,)) as pool:
         futures = [pool.submit(_run_kept, case) for case in todo]
@@ -121,12 +129,12 @@ def _keep_trace(trace: list[TraceRequest]) -> None:
     _kept_trace = trace
 
 
-def _run_kept(case: Case) -> Summary:
+def _run_kept(case: Case) -> Outcome:
     return run_case(_kept_trace, case)
 
 
 def _on_ray(address: str, trace: list[TraceRequest], todo: list[Case],
-            done: Callable[[], None]) -> list[Summary]:
+            done: Callable[[], None]) -> list[Outcome]:
     """The cluster's workers must be able to import this package (as they can on
     this machine); the trace goes to the object store once."""
     try:
@@ -157,23 +165,26 @@ def _on_ray(address: str, trace: list[TraceRequest], todo: list[Case],
 def format_sweep(rows: list[Row]) -> str:
     if not rows:
         return ""
-    judged = any(summary.slo_attainment is not None for _, summary in rows)
+    judged = any(summary.slo_attainment is not None for _, summary, _ in rows)
     shown = ROW_METRICS + (SLO_METRICS if judged else ())
-    names = list(rows[0][0]) + list(shown)
+    past = any(beyond for _, _, beyond in rows)  # a column only when some row went past the fit
+    names = list(rows[0][0]) + list(shown) + ["beyond_fit"] * past
     table = [names]
-    for varied, summary in rows:
+    for varied, summary, beyond in rows:
         metrics = summary.as_dict()
-        table.append([_shown(v) for v in varied.values()] + [_shown(metrics[m]) for m in shown])
+        table.append([_shown(v) for v in varied.values()] + [_shown(metrics[m]) for m in shown]
+                     + [_beyond(beyond)] * past)
     widths = [max(len(row[i]) for row in table) for i in range(len(names))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table)
 
 
 def write_sweep(out: Path, rows: list[Row], about: dict) -> list[Path]:
-    """`sweep.csv` (one row per combination: the varied settings, then every
-    summary figure) and `sweep.json` (`about`, e.g. the trace and the base
-    settings, and the same rows)."""
+    """`sweep.csv` (one row per combination: the varied settings, every summary
+    figure, and the features beyond the fit) and `sweep.json` (`about`, e.g. the
+    trace and the base settings, and the same rows)."""
     out.mkdir(parents=True, exist_ok=True)
-    flat = [{**varied, **summary.as_dict()} for varied, summary in rows]
+    flat = [{**varied, **summary.as_dict(), "beyond_fit": _beyond(beyond) if beyond else None}
+            for varied, summary, beyond in rows]
     csv_path, json_path = out / "sweep.csv", out / "sweep.json"
     with open(csv_path, "w", newline="") as f:
         if flat:
@@ -193,6 +204,13 @@ def _value(text: str):
         except ValueError:
             pass
     return text
+
+
+def _beyond(beyond: tuple[Beyond, ...]) -> str:
+    """`decode_batch:2.0x` (reached over fitted) for each feature past the fit; `-`
+    for none."""
+    return ",".join(f"{b.feature}:{b.reached / b.fitted:.1f}x" if b.fitted else b.feature
+                    for b in beyond) or "-"
 
 
 def _shown(value) -> str:

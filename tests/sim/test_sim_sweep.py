@@ -11,7 +11,8 @@ import pytest
 from sim import ConstantCost, build_setup, load_profile, replay
 from sim.__main__ import main
 from sim.profile import CPU_SMOLLM2
-from sim.sweep import sweep
+from sim.fitted_ranges import FittedRanges
+from sim.sweep import format_sweep, sweep, write_sweep
 from traces import SAMPLES_DIR, load_trace, shape
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,10 +57,10 @@ def test_each_row_is_the_replay_of_its_settings_in_grid_order():
     finished = []
     rows = sweep(trace, cost, base, grid, jobs=2, on_done=lambda: finished.append(1))
     assert len(finished) == 4
-    assert [varied for varied, _ in rows] == [
+    assert [varied for varied, _, _ in rows] == [
         {"rate_scale": r, "policy": p, "stall_timeout_s": 0.5}
         for r in (0.5, 2) for p in ("unbounded", "drop")]
-    for varied, summary in rows:
+    for varied, summary, _ in rows:
         faster = shape(trace, time_scale=1 / varied["rate_scale"])
         setup = build_setup(cost, **base, policy=varied["policy"], stall_timeout_s=0.5)
         assert summary == replay(faster, setup).summary
@@ -101,3 +102,20 @@ def test_a_local_ray_cluster_gives_the_same_rows():
                    on_done=lambda: finished.append(1))
     assert len(finished) == 4
     assert on_ray == sweep(trace, cost, {"num_blocks": 128}, grid, jobs=1)
+
+
+def test_rows_past_the_fit_say_which_feature_and_how_far(tmp_path):
+    trace = load_trace(MIXED)
+    cost = load_profile(CPU_SMOLLM2).cost_model()
+    fitted = FittedRanges(num_prefills=64, prefill_tokens=100_000, decode_batch=4,
+                          context_tokens=10_000_000)
+    rows = sweep(trace, cost, {"num_blocks": 512}, {"max_batch": [2, 4, 8]}, fitted=fitted)
+    assert [beyond for _, _, beyond in rows][:2] == [(), ()]
+    (past,) = rows[2][2]
+    assert (past.feature, past.fitted) == ("decode_batch", 4) and 4 < past.reached <= 8
+    table = format_sweep(rows).splitlines()
+    assert table[0].split()[-1] == "beyond_fit"
+    assert [line.split()[-1] for line in table[1:]] == ["-", "-", f"decode_batch:{past.reached / 4:.1f}x"]
+    write_sweep(tmp_path, rows, {})
+    with open(tmp_path / "sweep.csv") as f:
+        assert [r["beyond_fit"] for r in csv.DictReader(f)] == ["", "", table[3].split()[-1]]

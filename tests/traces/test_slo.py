@@ -64,6 +64,6 @@ def test_a_replay_and_a_sweep_judge_their_requests_by_the_slo():
     assert result.summary.slo_attainment == 2 / 5
     assert result.summary.goodput_tok_s == pytest.approx(8 / result.summary.makespan_s)
     rows = sweep(trace, ConstantCost(0.1), settings, {"slo_ttft_s": [0.6, 1.0]}, jobs=1)
-    assert [summary.slo_attainment for _, summary in rows] == [2 / 5, 3 / 5]
+    assert [summary.slo_attainment for _, summary, _ in rows] == [2 / 5, 3 / 5]
     header = format_sweep(rows).splitlines()[0].split()
     assert header[-2:] == ["slo_attainment", "goodput_tok_s"]
