@@ -6,7 +6,9 @@ Here a response's `send` waits while its stream has bytes parked, until the clie
 grants credit, resets the stream or goes away. A slow HTTP/2 reader then backs up
 into its stream's queue exactly as one over HTTP/1.1 does when the socket fills.
 And a response that gives up on its client (`sse.ABORT`) resets its own stream
-(RST_STREAM, its parked bytes dropped), not the connection its siblings share."""
+(RST_STREAM, its parked bytes dropped), not the connection its siblings share;
+the bytes a response still holds for its client (`sse.UNSENT`) are its stream's
+parked bytes, not the connection's, which its siblings share too."""
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +17,7 @@ from uvicorn.protocols.http.auto_zttp_impl import AutoZttpProtocol
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 from uvicorn.protocols.http.zttp_impl import ZttpProtocol
 
-from .sse import ABORT
+from .sse import ABORT, UNSENT
 
 
 class BackpressuredH2(ZttpH2Protocol):
@@ -32,6 +34,7 @@ class BackpressuredH2(ZttpH2Protocol):
             # run_asgi looks `send` up when its task starts, after this returns
             cycle.send = self._within_window(cycle, cycle.send)
             cycle.scope["state"][ABORT] = cycle.abort_stream
+            cycle.scope["state"][UNSENT] = lambda: cycle.stream.pending_bytes or 0
 
     def _within_window(self, cycle, send):
         async def send_within_window(message) -> None:

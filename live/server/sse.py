@@ -55,6 +55,11 @@ ABORT = "twinstep.abort"
 """The key, in a request's `scope["state"]`, of what the server gives a response
 to drop the request's connection at once (over HTTP/2, to reset its stream)."""
 
+UNSENT = "twinstep.unsent"
+"""The key, in a request's `scope["state"]`, of what the server gives a response
+to learn how many bytes it has written that its client has not taken yet (over
+HTTP/2, those parked for its stream's window)."""
+
 
 class Renderer(Protocol):
     """A wire format's view of one stream."""
@@ -88,7 +93,8 @@ class EventStreamResponse:
     the stream, the client (disconnect), or the hub cutting a stalled reader — the
     reader is detached once, saying whether its client left (a cut one counts as
     gone). A cut reader's connection is dropped, not closed: a graceful close waits
-    to flush what its client does not read."""
+    to flush what its client does not read. The reader measures its client's
+    progress by the bytes the server still holds for it, where the server says."""
 
     def __init__(self, reader: Reader, renderer: Renderer, keepalive_s: float,
                  headers: list[tuple[bytes, bytes]] = (), padding: int = 0,
@@ -103,6 +109,7 @@ class EventStreamResponse:
 
     async def __call__(self, scope, receive, send) -> None:
         left = True
+        self.reader.measure(scope.get("state", {}).get(UNSENT))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.headers})
             writer = asyncio.ensure_future(self._write(send))

@@ -1,6 +1,7 @@
-"""The uvicorn server that runs the app: every connection without Nagle's delay,
-a deadline on each request's head, a bound on open connections, HTTP/2 with
-backpressure when asked, and a graceful stop at the signal."""
+"""The uvicorn server that runs the app: every connection without Nagle's delay
+and telling its responses what it still holds for their client, a deadline on
+each request's head, a bound on open connections, HTTP/2 with backpressure when
+asked, and a graceful stop at the signal."""
 from __future__ import annotations
 
 import functools
@@ -8,14 +9,23 @@ import signal
 import socket
 import struct
 
+try:
+    import fcntl
+    import termios
+except ImportError:  # not a POSIX system: a transport's buffer alone shows progress
+    fcntl = termios = None
+
 import uvicorn
 from starlette.applications import Starlette
 
 from .h2_flow import AutoBackpressuredProtocol
 from .replies import envelope_for, refuse
 from .service import LiveService
-from .sse import ABORT
+from .sse import ABORT, UNSENT
 from .validation import ErrorKind, RequestError
+
+_OUTQ = getattr(termios, "TIOCOUTQ", None)
+"""Linux's SIOCOUTQ: the bytes in a TCP socket's send queue, not yet acknowledged."""
 
 
 class NoDelay:
@@ -26,7 +36,9 @@ class NoDelay:
 
     Also the connection's abort, in each of its requests' scope state (`ABORT`):
     uvicorn hands the app no transport, and a response that gives up on a client
-    must drop the connection rather than close it, which waits to flush to it."""
+    must drop the connection rather than close it, which waits to flush to it. And
+    for the same want of a transport, the bytes it still holds for the client
+    (`UNSENT`), which show a slow client's progress while a write is pending."""
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
@@ -34,7 +46,8 @@ class NoDelay:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # each request's scope state is a copy of this, made per connection here
         # (and handed on to the protocol uvicorn's HTTP/2 choice switches to)
-        self.app_state = {**self.app_state, ABORT: functools.partial(self._abort, transport)}
+        self.app_state = {**self.app_state, ABORT: functools.partial(self._abort, transport),
+                          UNSENT: functools.partial(self._unsent, transport)}
         super().connection_made(transport)
 
     @staticmethod
@@ -44,6 +57,23 @@ class NoDelay:
         if sock is not None and sock.fileno() != -1:  # -1: closed already
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         transport.abort()
+
+    @staticmethod
+    def _unsent(transport) -> int:
+        """The bytes written that the client has not taken: the transport's buffer,
+        and the kernel's send queue where the system tells it (Linux). uvicorn's
+        send returns only once the transport's buffer has drained, and the kernel
+        wakes a writer only once a good share of its send buffer is free: one big
+        event can take longer than a stall timeout to be written to a slow client
+        that reads all along, and only these bytes going down show it."""
+        held = transport.get_write_buffer_size()
+        sock = transport.get_extra_info("socket")
+        if _OUTQ is not None and sock is not None and sock.fileno() != -1:
+            try:
+                held += struct.unpack("i", fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0"))[0]
+            except OSError:
+                pass
+        return held
 
 
 class HeaderDeadline:

@@ -2,9 +2,14 @@
 sees it is paused, resumed or dropped as the policy decides; a follower that the
 policy would pause or drop for is cut instead, alone; and a timer finds the
 stalls no event reveals. Under the policies with a stall timeout, that timer also
-cuts the readers of an ended stream (done or dropped) that take nothing for the
-timeout, so that no writer waits for ever on a client that stopped reading. Under
-`naive` the step loop waits for the readers instead, through the reader gate."""
+cuts the readers of an ended stream (done or dropped) whose clients make no
+progress for the timeout, so that no writer waits for ever on a client that
+stopped reading. A dropped stream's reader that still reads takes everything
+queued before the drop, then `slow_client`: the drop frees the engine, not the
+reader. Progress is bytes leaving the server, not whole events written, since one
+big event can take longer than the timeout to reach a slow client that reads all
+along. Under `naive` the step loop waits for the readers instead, through the
+reader gate."""
 from __future__ import annotations
 
 import asyncio
@@ -57,7 +62,7 @@ class BacklogControl:
 
     def ended(self, stream: Stream) -> None:
         """Its last event is appended: its readers have the stall timeout from now,
-        or from their last read if later, to take what they still hold."""
+        or from their client's last progress if later, to take what they hold."""
         if stream.readers:
             self._ended.add(stream)
 
@@ -94,7 +99,7 @@ class BacklogControl:
                 self.apply(stream, now)
             for stream in list(self._ended):
                 for reader in stream.readers:
-                    if now - max(stream.ended_at, reader.last_read) > stall:
+                    if now - max(stream.ended_at, reader.moved(now)) > stall:
                         self._cut(reader)
 
     def _cut(self, reader: Reader) -> None:

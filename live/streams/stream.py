@@ -173,6 +173,12 @@ class Reader:
         self.cursor = cursor
         self.joined = cursor
         self.last_read = time.monotonic()
+        """When it last took an event (its write was done)."""
+        self.last_moved = self.last_read
+        """When its client last took bytes: an event written, or bytes of a pending
+        write leaving the server (`measure`)."""
+        self._unsent: Callable[[], int] | None = None
+        self._held = 0
         self.cut = asyncio.Event()
         """Set when the hub gives up on this reader (it stalled after its stream
         ended, or fell behind as a follower)."""
@@ -197,8 +203,26 @@ class Reader:
 
     def ack(self) -> None:
         self.cursor += 1
-        self.last_read = time.monotonic()
+        self.last_read = self.last_moved = time.monotonic()
         self._on_ack(self.stream)
+
+    def measure(self, unsent: Callable[[], int] | None) -> None:
+        """`unsent()`: the bytes of its response the server holds that its client
+        has not taken. A write to a slow client can take longer than a stall
+        timeout though the client reads all along: only the bytes moving show it."""
+        self._unsent = unsent
+        self._held = unsent() if unsent is not None else 0
+
+    def moved(self, now: float) -> float:
+        """When its client last took bytes, looking at `now` whether the bytes held
+        for it went down since the last look (new writes only add to them, and
+        each is followed by an `ack`)."""
+        if self._unsent is not None:
+            held = self._unsent()
+            if held < self._held:
+                self.last_moved = now
+            self._held = held
+        return self.last_moved
 
     def detach(self, left: bool) -> None:
         """`left`: the client went away (rather than reading to the end)."""

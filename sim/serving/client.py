@@ -150,6 +150,15 @@ class SimClient:
             self.server.client_left(self)
         self._finished()
 
+    def cut(self) -> None:
+        """The server dropped the connection (the reader made no progress for the
+        stall timeout): it reads nothing more, and its stream ends for it now."""
+        if self.done:
+            return
+        self.outcome.finish_s = self.env.now
+        self.done = True
+        self._finished()
+
     def _read(self):
         env, connection, behaviour = self.env, self.connection, self.behaviour
         per_event = behaviour.read is ReadMode.PER_EVENT
@@ -159,6 +168,7 @@ class SimClient:
                 yield self._readable
                 continue
             if not per_event:
+                connection.reading = True
                 yield env.timeout(connection.head_bytes() / behaviour.bytes_per_s)
                 if self.done:
                     return

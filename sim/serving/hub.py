@@ -3,11 +3,10 @@ each step's events to the streams, applies the backlog policy, and turns drops a
 client disconnects into cancels in the core's inbox.
 
 Under a policy that drops stalled streams the hub also looks for stalls on a
-watchdog, as the live hub does, since a stall can outlast the timeout while no
-step runs (the stream paused, the engine idle). The watchdog ticks at multiples of
-the policy's `stall_check_interval_s` on the virtual clock, but only ticks that can
-drop something are scheduled: one check per backlogged stream, at the first tick
-after its stall would outlast the timeout."""
+watchdog, as the live hub does (`watchdog.py`), which also cuts the readers of
+closed streams that make no progress for the timeout. A dropped stream's reader
+that still reads takes everything queued before the drop, then `slow_client`:
+the drop frees the engine, not the reader."""
 from __future__ import annotations
 
 import math
@@ -24,6 +23,7 @@ from ..overheads import Overheads
 from ..wire import WireFormat
 from .connection import Connection
 from .step_times import StepTimes
+from .watchdog import Watchdog
 
 
 class Reader(Protocol):
@@ -52,6 +52,9 @@ class Reader(Protocol):
 
     def read_final(self, now: float) -> None:
         """An instant reader takes the stream's final event."""
+
+    def cut(self) -> None:
+        """The server dropped the connection: read nothing more."""
 
     def new_run(self, index: int, step: int) -> None:
         """An instant reader's token `index` came with `step`: a run of one token a
@@ -96,10 +99,9 @@ class Hub:
         """Requests whose client has left: what the engine makes for them is wasted."""
         self.events_discarded = 0
         """Events the engine made for streams the server had already closed."""
-        self.stall_check_s = policy.stall_check_interval_s
-        """The watchdog's tick; None when the policy never drops."""
-        self._stall_checks: set[Reader] = set()
-        """Clients with a stall check scheduled: at most one each."""
+        self.watchdog = Watchdog(env, policy, self.backlogged, self._decide, self._cut)
+        self.readers_cut = 0
+        """Readers of closed streams cut for making no progress."""
         self._drained: simpy.Event | None = None
 
     def open(self, client: Reader) -> None:
@@ -206,7 +208,7 @@ class Hub:
             if is_token:
                 size = self.token_bytes
             else:
-                connection.closed = True
+                connection.close(now)
                 if instant.pop(event.seq_id, None) is not None:
                     client.ended = True
                     client.read_final(now)
@@ -215,11 +217,11 @@ class Hub:
             connection.put(event, size, now)
             client.notify()
             if not is_token:
+                self.watchdog.watch_cut(client)
                 self._ended(client)
             if connection.queue and client not in backlogged:
                 backlogged[client] = None
-                if self.stall_check_s is not None:
-                    self._watch_stall(client)
+                self.watchdog.watch_stall(client)
         if backlogged:
             for client in list(backlogged):
                 self._decide(client, now)
@@ -306,7 +308,7 @@ class Hub:
         connection.discard_queue()
         self._unbacklog(client)
         if not connection.closed:
-            connection.closed = True
+            connection.close(self.env.now)
             seq_id = client.request.id
             if self.resume_grace_s:
                 self.core.pause(seq_id)
@@ -341,43 +343,29 @@ class Hub:
             self._drop(client, now)
         self.wake()
 
-    def _watch_stall(self, client: Reader) -> None:
-        """Check the stream at the first watchdog tick after its stall, as it stands,
-        outlasts the timeout. A check already scheduled is no later than that, since
-        a stall only ever starts later: it looks, and schedules the next one."""
-        if client in self._stall_checks:
-            return
-        self._stall_checks.add(client)
-        now, interval = self.env.now, self.stall_check_s
-        due = max(now, client.connection.backlog().last_read + self.policy.stall_timeout_s)
-        tick = (math.floor(due / interval) + 1) * interval
-        if tick <= now:  # float rounding
-            tick += interval
-        self.env.timeout(tick - now).callbacks.append(lambda _: self._check_stall(client))
-
-    def _check_stall(self, client: Reader) -> None:
-        self._stall_checks.discard(client)
-        if client not in self.backlogged or client.connection.closed:
-            return  # the reader caught up or the stream ended: nothing to watch
-        self._decide(client, self.env.now)
-        if not client.connection.closed:
-            self._watch_stall(client)
-
     def _drop(self, client: Reader, now: float) -> None:
         """Cancel the sequence and end the stream with a `slow_client` final event,
-        sent after what is already in the connection."""
+        sent after everything already queued for it."""
         seq_id = client.request.id
         seq = self.core.sequence(seq_id)
         self.core.cancel(seq_id, FinishReason.SLOW_CLIENT)
         client.outcome.finish_reason = FinishReason.SLOW_CLIENT.value
         connection = client.connection
-        connection.discard_queue()
-        connection.closed = True
+        connection.close(now)
         connection.put(FinishEvent(seq_id, FinishReason.SLOW_CLIENT, len(seq.output) if seq else 0),
-                   self.final_bytes, now)
+                       self.final_bytes, now)
         client.notify()
         if not connection.queue:
             self._unbacklog(client)
+        self.watchdog.watch_cut(client)
+
+    def _cut(self, client: Reader) -> None:
+        """Give up on a reader that takes nothing: its connection is dropped, with
+        whatever the server still held for it."""
+        client.connection.drop()
+        self._unbacklog(client)
+        self.readers_cut += 1
+        client.cut()
 
     def _unbacklog(self, client: Reader) -> None:
         self.backlogged.pop(client, None)

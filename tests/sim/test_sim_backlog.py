@@ -25,7 +25,7 @@ def setup(policy, transport_bytes=0, cost=0.25, max_batch=8, **overheads):
                        Overheads(transport_bytes=transport_bytes, **overheads))
 
 
-def test_drop_cancels_a_stalled_reader_as_slow_client():
+def test_drop_cancels_a_stalled_reader_as_slow_client_and_cuts_it_when_it_takes_nothing():
     # The reader takes token 0 at 0.25 and then sleeps 10 s. Token 1 fills the
     # connection (0 bytes: one event in flight); token 2 is queued at 0.75 and the
     # stall starts. At 2.0 it has lasted 1.25 s > 1 s: drop, applied at that plan.
@@ -33,8 +33,30 @@ def test_drop_cancels_a_stalled_reader_as_slow_client():
     (o,) = result.outcomes
     assert (o.finish_reason, o.tokens_generated) == ("slow_client", 8)
     assert result.series.time_s[-1] == 2.0 and result.series.running[-1] == 0
-    # What was in the connection is still read, then the slow_client final event.
-    assert (o.token_times_s, o.finish_s, o.tokens_read) == ([0.25, 10.25], 20.25, 2)
+    # It takes nothing for the timeout after the drop either: at the watchdog's
+    # first tick (every 0.25 s) after 3.0 the server drops its connection, and the
+    # reader gets nothing more.
+    assert (o.token_times_s, o.finish_s, o.tokens_read) == ([0.25], 3.25, 1)
+    assert result.summary.dropped == 1
+
+
+def test_a_dropped_reader_that_still_reads_takes_everything_queued_then_slow_client():
+    # 88-byte token events at 88/1.5 B/s: each takes 1.5 s to read, longer than the
+    # stall timeout, though the reader reads all along. It takes token 0 at 1.75;
+    # token 1 leaves the server queue then, and token 2 waits from 1.75: the
+    # watchdog's tick at 3.0 finds the stall 1.25 s > 1 s old, and the drop frees
+    # the engine at the next plan. Token 11, made by the step that ends at 3.0, came
+    # after the drop and is discarded. The reader is never cut: it reads the 11
+    # tokens queued before the drop, one every 1.5 s, then the 84-byte slow_client
+    # event.
+    rate = 88 / 1.5
+    trace = [request("s", new=100, read=ReadMode.BYTE_RATE, bytes_per_s=rate)]
+    result = replay(trace, setup(Drop(stall_timeout_s=1.0)))
+    (o,) = result.outcomes
+    assert (o.finish_reason, o.tokens_generated, o.tokens_read) == ("slow_client", 12, 11)
+    assert result.series.time_s[-1] == 3.0 and result.series.running[-1] == 0
+    assert o.token_times_s == pytest.approx([0.25 + 1.5 * (k + 1) for k in range(11)])
+    assert o.finish_s == pytest.approx(16.75 + 84 / rate)
     assert result.summary.dropped == 1
 
 

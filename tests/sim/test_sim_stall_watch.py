@@ -2,8 +2,9 @@
 reader is dropped at the first watchdog tick (a multiple of the policy's
 `stall_check_interval_s` on the virtual clock) after its stall outlasts the
 timeout, even when no step runs to deliver anything, and never later than the
-first delivery that would see it. Steps take the given cost; one event in flight
-per connection (no transport buffer)."""
+first delivery that would see it; one that then takes nothing for the timeout
+more is cut at the first tick after that. Steps take the given cost; one event in
+flight per connection (no transport buffer)."""
 import pytest
 
 from scheduler import Drop, FinishReason, PauseThenDrop, SchedulerConfig
@@ -75,8 +76,10 @@ def test_a_paused_stream_whose_reader_stalls_is_dropped_while_the_engine_idles()
     assert sum(series.tokens) == 5
     assert max(t for t, n in zip(series.time_s, series.tokens) if n) == 1.25
     assert series.time_s[-1] == dropped_at and series.running[-1] == series.paused[-1] == 0
-    # The reader still takes what was in its connection, then the final event.
-    assert (o.token_times_s, o.tokens_read, o.finish_s) == ([0.25, 10.25], 2, 20.25)
+    # The reader, asleep since 0.25, makes no progress for the timeout after the
+    # drop either: the first tick after 3.025 cuts it, and it takes nothing more.
+    assert (o.token_times_s, o.tokens_read) == ([0.25], 1)
+    assert o.finish_s == pytest.approx(12 * interval)
     assert result.summary.dropped == 1
     watch.assert_whole(admitted=1)
 
@@ -95,24 +98,26 @@ def test_a_paused_reader_that_keeps_reading_within_the_timeout_is_never_dropped(
     watch.assert_whole(admitted=1)
 
 
-@pytest.mark.parametrize("cost, timeout, dropped_at, tokens", [
+@pytest.mark.parametrize("cost, timeout, dropped_at, tokens, cut_at", [
     # Steps of 0.75 s: the stall starts at 2.25 and outlasts 1 s at 3.25. The next
     # delivery is at 3.75; the watchdog (every 0.25 s) ticks at 3.5 and drops first,
-    # while the step that ends at 3.75 still makes the stream's fifth token.
-    (0.75, 1.0, 3.5, 5),
+    # while the step that ends at 3.75 still makes the stream's fifth token. The
+    # reader, asleep since it took token 0, is cut at the first tick after 4.5.
+    (0.75, 1.0, 3.5, 5, 4.75),
     # Steps of 0.375 s: the stall starts at 1.125 and outlasts 4 s at 5.125. The
-    # delivery at 5.25 drops it before the watchdog's next tick (every 1 s) at 6.
-    (0.375, 4.0, 5.25, 14),
+    # delivery at 5.25 drops it before the watchdog's next tick (every 1 s) at 6;
+    # the reader is cut at the first tick after 9.25.
+    (0.375, 4.0, 5.25, 14, 10.0),
 ])
 def test_drop_under_a_busy_engine_comes_at_the_earlier_of_delivery_and_watchdog(
-        cost, timeout, dropped_at, tokens):
+        cost, timeout, dropped_at, tokens, cut_at):
     watch = Watch()
     trace = [slow("s", pause_s=20.0, new=100), fast("a", new=40), fast("b", new=40)]
     result = replay(trace, setup(Drop(stall_timeout_s=timeout), cost), probe=watch.probe)
     assert watch.cancels == [(dropped_at, "s", FinishReason.SLOW_CLIENT)]
     s, a, b = result.outcomes
     assert (s.finish_reason, s.tokens_generated) == ("slow_client", tokens)
-    assert (s.token_times_s, s.tokens_read) == ([cost, cost + 20.0], 2)
+    assert (s.token_times_s, s.tokens_read, s.finish_s) == ([cost], 1, cut_at)
     # The other streams ran on, step after step, to their full length.
     for other in (a, b):
         assert (other.finish_reason, other.tokens_read) == ("length", 40)
