@@ -1,26 +1,32 @@
-"""`python -m analysis calibrate|compare|twin`: measure how far the simulator is
-from the live server on the same trace."""
+"""`python -m analysis calibrate|compare|twin|validate|study`: measure how far the
+simulator is from the live server on the same trace, over a matrix of settings and
+traces, and on the questions of the studies."""
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import httpx
 
-from live.server.engine_info import hardware_name
 from scheduler.flags import OneLineErrors, add_flags, given
 from scheduler.settings import SERVER, SHARED, ServeSettings, scoped
-from sim import load_profile
+from sim import Profile, load_profile
+from sim.fit import FitReport
 from traces import SAMPLES_DIR, load_trace
 
-from .calibrate import cached_profile_path, calibrate
+from .calibrate import calibrate, measured_profile
 from .compare import compare
-from .hardware import model_name
 from .live_target import Access, LiveTarget
 from .plots import write_plots
 from .report import rows, text_table, write_report
 from .server_info import SettingsDisagree
+from .study.bench import Bench, Skipped, markdown_table, write_study
+from .study.catalog import STUDIES, runs
+from .validate.matrix import QUICK, SETTINGS as VALIDATE_SETTINGS, TRACES, cells
+from .validate.report import markdown, tally, write_validation
+from .validate.run import validate
 
 DEFAULT_TRACE = SAMPLES_DIR / "mixed.jsonl"
 STARTED = scoped(SHARED, SERVER)
@@ -69,14 +75,6 @@ def _calibration_options(p: argparse.ArgumentParser) -> None:
                    "servers much faster than a small model on a CPU, e.g. 0.25 on a GPU)")
 
 
-def _profile_key(server: ServeSettings | str, access: Access) -> tuple[str, str, str]:
-    """The hardware, model and dtype a cached profile of `server` is named after."""
-    if isinstance(server, str):
-        with LiveTarget(server, access) as target:
-            return target.info.hardware, target.info.model, target.info.dtype
-    return hardware_name(server.device), model_name(server.model), server.dtype
-
-
 def run_calibrate(args, server: ServeSettings | str, access: Access) -> int:
     _, path = calibrate(server, args.out, time_scale=args.calibration_time_scale, access=access)
     print(f"profile written to {path}")
@@ -88,25 +86,77 @@ def run_compare(args, server: ServeSettings | str, access: Access) -> int:
     if args.profile:
         profile = load_profile(args.profile)
     else:
-        cached = cached_profile_path(*_profile_key(server, access))
-        if cached.exists() and not args.recalibrate:
-            print(f"using the profile measured earlier on this hardware: {cached}")
-            profile = load_profile(cached)
-        else:
-            profile, _ = calibrate(server, args.out, time_scale=args.calibration_time_scale,
-                                   access=access)
+        profile = measured_profile(server, args.out, recalibrate=args.recalibrate,
+                                   time_scale=args.calibration_time_scale, access=access)
     comparison = compare(trace, profile, server, args.out, access=access)
     table = rows(comparison)
     plots = write_plots(comparison, args.out)
     info = comparison.server
     header = (f"Trace `{args.trace}` ({len(trace)} requests); model {info.model} on "
               f"{info.hardware}, {info.dtype}; max batch {info.scheduler['max_batch']}, policy "
-              f"{info.settings['policy']}. Profile fitted on {profile.steps} steps (held-out MAPE "
-              f"{profile.fit['mape']:.1%}) on {profile.hardware}.")
+              f"{info.settings['policy']}. {_fitted(profile)}")
+    beyond = [b.describe() for b in comparison.beyond_fit]
+    if beyond:
+        header += " Beyond the fit: " + "; ".join(beyond) + "."
     report = write_report(comparison, table, args.out, header, plots)
     print()
     print(text_table(table))
+    for line in beyond:
+        print(f"beyond the profile's fit: {line}")
     print(f"\nreport: {report}")
+    return 0
+
+
+def _fitted(profile: Profile) -> str:
+    """What the profile was fitted on, and how well by kind of step."""
+    fit = FitReport(**profile.fit)
+    kinds = f"; by kind: {fit.describe_kinds()}" if fit.by_kind else ""
+    return (f"Profile fitted on {profile.steps} steps on {profile.hardware} (held-out MAPE "
+            f"{fit.mape:.1%}{kinds}).")
+
+
+def run_validate(args, server: ServeSettings | str, access: Access) -> int:
+    matrix = cells(args.quick, args.trace, args.setting)
+    if args.profile:
+        profile = load_profile(args.profile)
+    else:
+        profile = measured_profile(server, args.out / "calibration",
+                                   time_scale=args.calibration_time_scale, access=access)
+    verdicts = validate(server, profile, matrix, args.runs, args.out, access=access)
+    header = (f"{profile.model}, {profile.dtype}, on {profile.hardware}; {args.runs} live runs "
+              f"a cell. {_fitted(profile)}")
+    paths = write_validation(verdicts, args.out, header)
+    print(f"\n{markdown(verdicts)}\n\n{tally(verdicts)}\nreport: {paths[0]}")
+    return 0
+
+
+def run_study(args, server: ServeSettings, access: Access) -> int:
+    """Each study asked (`all`: every one), into `--out` (with `all`, a folder each)."""
+    try:
+        chosen = runs(args.name, args.fill)
+    except ValueError as exc:
+        print(f"python -m analysis study: {exc}", file=sys.stderr)
+        return 2
+    root = args.out or Path("runs/study")
+    if args.profile:
+        profile = load_profile(args.profile)
+    else:
+        profile = measured_profile(server, root / "calibration",
+                                   time_scale=args.calibration_time_scale)
+    for name, study in chosen:
+        out = root / name if args.out is None or len(chosen) > 1 else root
+        started = time.monotonic()
+        try:
+            findings = study(Bench(server, profile, out))
+        except Skipped as exc:
+            print(f"{name}: skipped: {exc}")
+            continue
+        runtime = time.monotonic() - started
+        path = write_study(name, findings, out, runtime)
+        print(f"\n{findings.title}\n\n{markdown_table(findings.quantities)}\n")
+        for note in findings.notes:
+            print(f"* {note}")
+        print(f"\n{name}: {runtime:.0f} s; report: {path}")
     return 0
 
 
@@ -126,6 +176,35 @@ def parser() -> OneLineErrors:
         p.add_argument("--profile", help="a profile JSON; none: calibrate here (cached)")
         _calibration_options(p)
         p.set_defaults(func=run_compare, recalibrate=recalibrate)
+    p = commands.add_parser("study", help="one question about streaming, asked of a live "
+                                          "server and of the simulator, against a reference")
+    p.add_argument("name", choices=[*STUDIES, "all"])
+    p.add_argument("--fill", action="store_true",
+                   help="slow-reader: the batch full of slow readers, fast requests waiting")
+    p.add_argument("--out", type=Path, help="where the study's files go; default "
+                                            "runs/study/NAME")
+    p.add_argument("--profile", help="a profile JSON; none: the one measured on this "
+                                     "hardware (calibrated here if none is cached)")
+    _calibration_options(p)
+    # the study starts its own servers, with its own settings on top of these
+    add_flags(p.add_argument_group("the servers to start (python -m live serve's settings; a "
+                                   "study sets those it is about)"),
+              ServeSettings, STARTED, absent_unless_given=True)
+    p.set_defaults(func=run_study, url=None)
+    p = commands.add_parser("validate", help="one profile against a matrix of live runs: "
+                                             "settings by traces, each run several times")
+    _serve_options(p)
+    p.add_argument("--profile", help="a profile JSON; none: the one measured on this "
+                                     "hardware (calibrated here if none is cached)")
+    p.add_argument("--runs", type=int, default=3, help="live runs of each cell")
+    p.add_argument("--quick", action="store_true",
+                   help=f"only {', '.join(f'{t} × {s}' for t, s in QUICK)}")
+    p.add_argument("--trace", action="append", choices=list(TRACES),
+                   help="only these traces (repeat; default: all)")
+    p.add_argument("--setting", action="append", choices=list(VALIDATE_SETTINGS),
+                   help="only these settings (repeat; default: all)")
+    _calibration_options(p)
+    p.set_defaults(func=run_validate, out=Path("runs/validate"))
     return parser
 
 

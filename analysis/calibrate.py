@@ -14,12 +14,13 @@ from tqdm import tqdm
 
 from live.client.loadgen import LiveReplay, replay as live_replay
 from live.runner.models import cache_root
+from live.server.engine_info import hardware_name
 from scheduler.settings import ServeSettings
-from sim import Profile, build_profile, save_profile
+from sim import Profile, build_profile, load_profile, save_profile
 from traces import TraceRequest
 
-from .hardware import profile_name, short_dtype
-from .live_target import Access, live_target
+from .hardware import model_name, profile_name, short_dtype
+from .live_target import Access, LiveTarget, live_target
 from .workloads import calibration_workload
 
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
@@ -28,6 +29,27 @@ WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 20
 def cached_profile_path(hardware: str, model: str, dtype: str) -> Path:
     """Profiles measured earlier, by the hardware, model and dtype of their server."""
     return cache_root() / "profiles" / f"{profile_name(hardware, model, dtype)}.json"
+
+
+def profile_key(server: ServeSettings | str, access: Access = Access()) -> tuple[str, str, str]:
+    """The hardware, model and dtype a cached profile of `server` is named after."""
+    if isinstance(server, str):
+        with LiveTarget(server, access) as target:
+            return target.info.hardware, target.info.model, target.info.dtype
+    return hardware_name(server.device), model_name(server.model), server.dtype
+
+
+def measured_profile(server: ServeSettings | str, out_dir: Path, *, recalibrate: bool = False,
+                     time_scale: float = 1.0, access: Access = Access(), log=print) -> Profile:
+    """The profile measured earlier for `server`'s hardware, model and dtype, or
+    (none cached, or `recalibrate`) a calibration run now: the step costs `make
+    run` uses, so that every comparison of this machine shares them."""
+    cached = cached_profile_path(*profile_key(server, access))
+    if cached.exists() and not recalibrate:
+        log(f"using the profile measured earlier on this hardware: {cached}")
+        return load_profile(cached)
+    profile, _ = calibrate(server, out_dir, time_scale=time_scale, access=access, log=log)
+    return profile
 
 
 def calibrate(server: ServeSettings | str, out_dir: Path,

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from live.client.loadgen import replay as live_replay
 from scheduler.settings import ServeSettings
 from sim import Profile, TimeSeries, build_setup, replay as sim_replay, summarize_replay
+from sim.fitted_ranges import Beyond
+from sim.replay import Probe
 from traces import TraceRequest
 from traces.outcome import RequestOutcome, write_outcomes
 from traces.summary import Summary, Tally
@@ -28,6 +30,8 @@ class Side:
     outcomes: list[RequestOutcome]
     series: TimeSeries
     summary: Summary
+    events_discarded: int | None = None
+    """Events made for streams the server had already closed (None: not known)."""
 
 
 @dataclass
@@ -37,12 +41,23 @@ class Comparison:
     leavers: int
     server: ServerInfo
     """What the live server ran; the simulator ran the same settings."""
+    stats_after: dict | None = None
+    """The live server's /stats once the replay had settled."""
+    records: list[dict] = field(default_factory=list)
+    """The live server's records of this run's requests (`GET /v1/requests`), by
+    `<prefix><trace id>`, with their times on this host's clock."""
+    started_unix: float = 0.0
+    """When the live replay started: time 0 of its outcomes."""
+    beyond_fit: list[Beyond] = field(default_factory=list)
+    """The features the simulated replay took past the profile's fit."""
 
 
 def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings | str,
-            out_dir: Path, log=print, access: Access = Access()) -> Comparison:
+            out_dir: Path, log=print, access: Access = Access(),
+            probe: Probe | None = None, recv_buffer_bytes: int | None = None) -> Comparison:
     """`server`: the settings to start one with, or the URL of one running (reached
-    with `access`)."""
+    with `access`). `probe` runs beside the simulated replay (`sim.replay`);
+    `recv_buffer_bytes`: the live clients' socket receive buffer (None: the OS's)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with live_target(server, out_dir / "live-server.log", access) as target:
         info = target.info
@@ -50,6 +65,7 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
         mark, finished_mark = target.last_step(), target.last_request()
         prefix = f"twin-{secrets.token_hex(4)}-"  # another run's names never clash with these
         result = live_replay(target.url, trace, request_id_prefix=prefix,
+                             recv_buffer_bytes=recv_buffer_bytes,
                              **target.access.replay_options())
         steps = target.steps_after(mark)
         records = [r for r in target.requests_after(finished_mark) if r["id"].startswith(prefix)]
@@ -60,17 +76,29 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
                            f"accepted requests ({', '.join(unrecorded[:5])}): without them "
                            f"the tokens it made, and wasted, are unknown")
     live_series = series_from_steps(steps, result.started_unix)
-    setup = build_setup(profile.cost_model(), **info.sim_settings(), **profile.overheads)
+    setup = build_setup(profile.cost_model(), fitted=profile.ranges(), **info.sim_settings(),
+                        **profile.overheads)
     live = Side(result.outcomes, live_series, summarize_replay(
         Tally.of(result.outcomes, setup.slo), live_series,
         preemptions=sum(r["preemptions"] for r in records),
-        recomputed_tokens=sum(r["recomputed_tokens"] for r in records)))
+        recomputed_tokens=sum(r["recomputed_tokens"] for r in records)),
+        _dropped_events(result.stats_before, result.stats_after))
     log("sim: replaying the same trace on the virtual clock")
-    simulated = sim_replay(trace, setup)
-    sim = Side(simulated.outcomes, simulated.series, simulated.summary)
+    simulated = sim_replay(trace, setup, probe)
+    sim = Side(simulated.outcomes, simulated.series, simulated.summary,
+               simulated.events_discarded)
     write_outcomes(out_dir / "live-outcomes.parquet", live.outcomes)
     write_outcomes(out_dir / "sim-outcomes.parquet", sim.outcomes)
-    return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info)
+    return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info,
+                      stats_after=result.stats_after, records=records,
+                      started_unix=result.started_unix, beyond_fit=simulated.beyond_fitted)
+
+
+def _dropped_events(before: dict | None, after: dict | None) -> int | None:
+    """Events the live server dropped for closed streams over the replay, from its /stats."""
+    if before is None or after is None or "dropped_events" not in after:
+        return None
+    return after["dropped_events"] - before.get("dropped_events", 0)
 
 
 def add_engine_view(outcomes: list[RequestOutcome], records: list[dict], prefix: str,
