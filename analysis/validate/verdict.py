@@ -1,0 +1,99 @@
+"""One cell's verdict: each figure's live runs (their median and spread) against
+the simulator's, and whether the simulator is within its bound of live's median.
+
+The bounds are fixed, whatever live's own spread: TTFT p50 ±10%, TTFT p99 and
+stall p99 ±20%, throughput ±5%, wasted tokens within one a leaver, preemptions
+equal; the gap p99 is shown, unbounded. The spread, (max - min) / median over the
+runs, is shown beside each error so that a reader sees when live itself moves by
+more than the bound. The counts that follow from the trace and the scheduler
+alone (requests completed and left, tokens read) are kept for each side too: they
+must agree exactly."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from traces.summary import Summary
+
+FIGURES = ("ttft_client_p50_s", "ttft_client_p99_s", "gap_p99_s", "stall_p99_s",
+           "throughput_tok_s", "wasted_tokens", "preemptions")
+"""The figures each cell is judged on, in the table's order."""
+
+BOUNDS = {"ttft_client_p50_s": 0.10, "ttft_client_p99_s": 0.20, "stall_p99_s": 0.20,
+          "throughput_tok_s": 0.05, "preemptions": 0.0}
+"""Relative error allowed; for preemptions, the difference (none). Wasted tokens
+are allowed one a leaver."""
+
+COUNTED = ("wasted_tokens", "preemptions")
+"""Figures that are counts: their error is the difference, in the count's units."""
+
+EXACT = ("completed", "left", "tokens_read")
+"""Counts both sides must agree on exactly."""
+
+
+@dataclass(frozen=True)
+class Judged:
+    figure: str
+    live: list[float | None]
+    """Each live run's figure, in run order."""
+    live_median: float | None
+    spread: float | None
+    """(max - min) / median of the live runs; for counts, max - min."""
+    sim: float | None
+    error: float | None
+    """Relative to live's median; for counts, sim - median."""
+    bound: float | None
+    """None: shown, not judged."""
+    ok: bool | None
+    """None where it is not judged, or a side has no figure (no stall, say)."""
+
+
+def judge(figure: str, live: list[float | None], sim: float | None, leavers: int) -> Judged:
+    values = [v for v in live if v is not None]
+    bound = float(leavers) if figure == "wasted_tokens" else BOUNDS.get(figure)
+    if not values or sim is None:
+        return Judged(figure, live, None, None, sim, None, bound, None)
+    median = statistics.median(values)
+    if figure in COUNTED:
+        spread, error = float(max(values) - min(values)), float(sim - median)
+    else:
+        spread = (max(values) - min(values)) / median if median else 0.0
+        error = (sim - median) / median if median else (0.0 if sim == 0 else None)
+    ok = None if bound is None or error is None else abs(error) <= bound
+    return Judged(figure, live, median, spread, sim, error, bound, ok)
+
+
+@dataclass(frozen=True)
+class CellVerdict:
+    trace: str
+    settings: str
+    runs: int
+    judged: list[Judged]
+    counts: dict[str, dict]
+    """For each of `EXACT`: `live` (each run's) and `sim`."""
+    beyond_fit: list[str]
+    """The features the simulated replay took past the profile's fit."""
+
+    @property
+    def counts_agree(self) -> bool:
+        return all(set(c["live"]) == {c["sim"]} for c in self.counts.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.counts_agree and all(j.ok is not False for j in self.judged)
+
+    def as_dict(self) -> dict:
+        return {"trace": self.trace, "settings": self.settings, "runs": self.runs, "ok": self.ok,
+                "counts": self.counts, "counts_agree": self.counts_agree,
+                "beyond_fit": self.beyond_fit, "figures": [asdict(j) for j in self.judged]}
+
+
+def cell_verdict(trace: str, settings: str, live: list[Summary], sim: Summary, leavers: int,
+                 beyond_fit: list[str]) -> CellVerdict:
+    runs = [s.as_dict() for s in live]
+    simulated = sim.as_dict()
+    return CellVerdict(trace, settings, len(live),
+                       [judge(f, [r[f] for r in runs], simulated[f], leavers) for f in FIGURES],
+                       {name: {"live": [r[name] for r in runs], "sim": simulated[name]}
+                        for name in EXACT},
+                       beyond_fit)

@@ -1,0 +1,80 @@
+"""`python -m analysis validate` on a tiny random model: one profile judged on
+cells of two settings, each run live several times against one server a setting,
+the simulated side once; what it writes holds every live run's figures."""
+import json
+
+import pytest
+
+from analysis.__main__ import main as analysis_main
+from analysis.calibrate import calibrate
+from analysis.validate import matrix
+from analysis.validate.run import validate
+from analysis.validate.verdict import FIGURES
+from analysis.workloads import calibration_workload
+from scheduler.settings import ServeSettings
+from sim import load_profile
+from sim.profile import CPU_SMOLLM2
+
+from analysis_helpers import mixed_trace, save_tiny_llama
+from live_server import running_server, tiny_app
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, smollm2):
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smollm2.tokenizer)
+
+
+def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, monkeypatch, capsys):
+    settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
+    _, profile = calibrate(settings, tmp_path / "cal", log=lambda *a: None,
+                           workload=calibration_workload(4, mixed_count=6, time_scale=0.1,
+                                                         max_model_len=256))
+    # the sample trace takes 45 s live: the quick cells get ten requests over a second
+    monkeypatch.setitem(matrix.TRACES, "mixed", lambda max_model_len: mixed_trace())
+    out = tmp_path / "validate"
+    code = analysis_main(["validate", "--quick", "--model", str(model_dir), "--threads", "1",
+                          "--max-batch", "4", "--num-blocks", "128", "--profile", str(profile),
+                          "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    data = json.loads((out / "validate.json").read_text())
+    assert [(c["trace"], c["settings"]) for c in data["cells"]] == list(matrix.QUICK)
+    for cell in data["cells"]:
+        assert cell["runs"] == 3
+        # what the trace and the scheduler decide, live and simulated alike
+        assert cell["counts_agree"] is True
+        assert cell["counts"]["completed"] == {"live": [8, 8, 8], "sim": 8}
+        assert cell["counts"]["left"] == {"live": [2, 2, 2], "sim": 2}
+        figures = {f["figure"]: f for f in cell["figures"]}
+        assert list(figures) == list(FIGURES)
+        wasted = figures["wasted_tokens"]
+        assert len(wasted["live"]) == 3 and wasted["bound"] == 2  # two leavers
+        assert figures["preemptions"]["live"] == [0, 0, 0] and figures["preemptions"]["ok"]
+        ttft = figures["ttft_client_p50_s"]
+        assert all(v > 0 for v in ttft["live"]) and ttft["sim"] > 0
+        assert ttft["live_median"] == sorted(ttft["live"])[1]
+        assert ttft["error"] == pytest.approx((ttft["sim"] - ttft["live_median"]) / ttft["live_median"])
+        assert figures["throughput_tok_s"]["ok"] is not None
+        assert cell["ok"] == all(f["ok"] is not False for f in cell["figures"])
+    # each live run's records, one folder a run
+    runs = sorted(p.name for p in (out / "mixed--chunked-64").iterdir())
+    assert runs == ["run-1", "run-2", "run-3"]
+    live = (out / "mixed--default" / "run-2" / "live-outcomes.parquet")
+    assert live.exists()
+    tally = f"{sum(c['ok'] for c in data['cells'])} of 2 cells within bounds"
+    assert data["tally"] == tally and tally in printed
+    assert (out / "validate.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| mixed | chunked-64 | 3 |" in (out / "validate.md").read_text()
+
+
+def test_a_running_server_is_judged_at_its_own_settings_only(tmp_path, monkeypatch):
+    logged = []
+    cells = [matrix.Cell("mixed", "default"), matrix.Cell("mixed", "batch-4")]
+    monkeypatch.setitem(matrix.TRACES, "mixed", lambda max_model_len: mixed_trace()[:3])
+    app, engine = tiny_app(ServeSettings())
+    with running_server(app) as url:
+        verdicts = validate(url, load_profile(CPU_SMOLLM2), cells, 1, tmp_path / "v",
+                            log=logged.append)
+    assert [(v.trace, v.settings, v.runs) for v in verdicts] == [("mixed", "default", 1)]
+    assert f"skipped: batch-4 (the server at {url} runs its own settings)" in logged
+    assert engine.core.is_drained()

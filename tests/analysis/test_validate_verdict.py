@@ -1,0 +1,106 @@
+"""A cell's verdict: the simulator's error against the median of the live runs,
+each bound widened by half of live's own spread, counts judged in their units;
+and the matrix's table, heat map and JSON."""
+import json
+
+import pytest
+
+from analysis.validate.matrix import QUICK, SETTINGS, TRACES, cells
+from analysis.validate.report import markdown, tally, write_validation
+from analysis.validate.verdict import FIGURES, CellVerdict, cell_verdict, judge
+from traces.summary import Tally
+
+
+def Summary_of(**counts):
+    """A summary of no request, with the counts given."""
+    from dataclasses import replace
+    with Tally(None) as tally:
+        return replace(tally.summary(tokens_generated=0), **counts)
+
+
+def test_the_error_is_against_the_median_and_the_spread_is_shown_not_added():
+    j = judge("ttft_client_p50_s", [1.0, 1.2, 1.1], 1.2, leavers=0)
+    assert j.live_median == 1.1 and j.spread == pytest.approx(0.2 / 1.1)
+    assert j.error == pytest.approx(0.1 / 1.1) and j.bound == 0.10 and j.ok
+    over = judge("ttft_client_p50_s", [1.0, 1.2, 1.1], 1.25, leavers=0)
+    assert over.bound == 0.10 and over.ok is False  # live moving by 18% widens nothing
+
+
+def test_each_figure_has_the_bound_a_what_if_is_held_to():
+    assert judge("ttft_client_p99_s", [2.0], 2.39, leavers=0).ok
+    assert judge("stall_p99_s", [0.5, 0.5], 0.61, leavers=0).ok is False
+    assert judge("throughput_tok_s", [100.0], 104.0, leavers=0).ok
+    assert judge("throughput_tok_s", [100.0], 94.0, leavers=0).ok is False
+    gap = judge("gap_p99_s", [0.1], 0.5, leavers=0)
+    assert gap.error == pytest.approx(4.0) and gap.bound is None and gap.ok is None
+
+
+def test_counts_are_judged_in_their_units():
+    wasted = judge("wasted_tokens", [6, 8, 7], 9, leavers=2)
+    assert (wasted.live_median, wasted.error, wasted.spread, wasted.bound) == (7, 2.0, 2.0, 2.0)
+    assert wasted.ok and judge("wasted_tokens", [7, 7, 7], 10, leavers=2).ok is False
+    assert judge("preemptions", [5, 5, 6], 5, leavers=0).ok
+    assert judge("preemptions", [5, 5, 5], 6, leavers=0).ok is False
+
+
+def test_a_side_without_the_figure_is_not_judged():
+    j = judge("stall_p99_s", [None, None], 0.3, leavers=0)
+    assert j.ok is None and j.error is None
+    assert judge("stall_p99_s", [0.2, None, 0.4], None, leavers=0).ok is None
+
+
+def test_a_cell_is_within_bounds_only_if_its_counts_agree_exactly():
+    live = [Summary_of(completed=8, left=2, tokens_read=120)] * 3
+    same = cell_verdict("t", "s", live, Summary_of(completed=8, left=2, tokens_read=120), 2, [])
+    assert same.counts_agree and same.counts["completed"] == {"live": [8, 8, 8], "sim": 8}
+    other = cell_verdict("t", "s", live, Summary_of(completed=8, left=2, tokens_read=119), 2, [])
+    assert not other.counts_agree and not other.ok
+
+
+def verdicts():
+    agree = {"completed": {"live": [8, 8, 8], "sim": 8}}
+    good = CellVerdict("mixed", "default", 3,
+                       [judge(f, [1.0, 1.0, 1.0], 1.0 if f == "preemptions" else 1.04, leavers=3)
+                        for f in FIGURES], agree, [])
+    bad = CellVerdict("bursty-long", "batch-32", 3,
+                      [judge(f, [1.0, 1.0, 1.0], 1.5, leavers=0) for f in FIGURES], agree,
+                      ["sequences decoded in one step (decode_batch) reached 32; ..."])
+    return [good, bad]
+
+
+def test_the_table_marks_what_is_over_and_the_tally_counts_the_cells(tmp_path):
+    good, bad = verdicts()
+    assert good.ok and not bad.ok
+    table = markdown([good, bad]).splitlines()
+    assert table[0].split(" | ")[3:5] == ["TTFT p50", "TTFT p99"]
+    assert "| +4.0% (live ±0%) |" in table[2] and table[2].endswith("| equal | yes |")
+    assert "**+50.0% (live ±0%)**" in table[3] and table[3].endswith("| **no** |")
+    assert "| +50.0% (live ±0%) |" in table[3]  # the gap p99: shown, not judged
+    assert tally([good, bad]) == "1 of 2 cells within bounds"
+    md, js, png = write_validation([good, bad], tmp_path, "a header")
+    data = json.loads(js.read_text())
+    assert data["tally"] == "1 of 2 cells within bounds"
+    assert [c["ok"] for c in data["cells"]] == [True, False]
+    assert [f["figure"] for f in data["cells"][0]["figures"]] == list(FIGURES)
+    assert "decode_batch" in md.read_text() and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_matrix_is_every_setting_by_every_trace_and_quick_is_a_subset():
+    matrix = cells()
+    assert len(matrix) == len(SETTINGS) * len(TRACES)
+    assert [c.settings for c in matrix[:len(TRACES)]] == ["default"] * len(TRACES)
+    assert [(c.trace, c.settings) for c in cells(quick=True)] == list(QUICK)
+    assert [c.name for c in cells(traces=["mixed"], settings=["drop"])] == ["mixed × drop"]
+    with pytest.raises(ValueError, match="unknown traces"):
+        cells(traces=["nope"])
+
+
+@pytest.mark.parametrize("name", list(TRACES))
+def test_every_trace_fits_a_small_context(name):
+    try:
+        trace = TRACES[name](512)
+    except FileNotFoundError:
+        pytest.skip("the public traces beside the project are not here")
+    assert trace and all(r.prompt_tokens + r.max_new_tokens <= 512 for r in trace)
+    assert len({r.id for r in trace}) == len(trace)
+    assert [r.arrival_s for r in trace] == sorted(r.arrival_s for r in trace)
