@@ -16,7 +16,7 @@ from live.client.loadgen import LiveReplay, replay as live_replay
 from live.runner.models import cache_root
 from live.server.engine_info import hardware_name
 from scheduler.settings import ServeSettings
-from sim import Profile, build_profile, load_profile, save_profile
+from sim import FitReport, Profile, build_profile, load_profile, save_profile
 from traces import TraceRequest
 
 from .hardware import model_name, profile_name, short_dtype
@@ -88,9 +88,10 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
     cached = cached_profile_path(info.hardware, info.model, info.dtype)
     cached.parent.mkdir(parents=True, exist_ok=True)
     save_profile(profile, cached)
-    fit = profile.fit
-    log(f"fitted {profile.steps} steps: held-out MAPE {fit['mape']:.1%}, p90 error "
-        f"{fit['p90_rel_error']:.1%}, R² {fit['r2']:.3f}; overheads {profile.overheads}")
+    fit = FitReport(**profile.fit)
+    log(f"fitted {profile.steps} steps: held-out MAPE {fit.mape:.1%}, p90 error "
+        f"{fit.p90_rel_error:.1%}, R² {fit.r2:.3f}; by kind: {fit.describe_kinds()}; "
+        f"overheads {profile.overheads}")
     return profile, path
 
 

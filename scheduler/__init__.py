@@ -14,6 +14,7 @@ from .events import Event, FinishEvent, TokenEvent
 from .key_quota import KeyHolding, KeyQuota
 from .request import FinishReason, Request, Sequence, SeqState
 from .snapshot import CoreSnapshot
+from .step.passes import prefill_passes
 from .step.plan import PlanFeatures, StepPlan
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "DoubleRelease", "InvalidRequest", "InvariantBroken", "KeyLimitReached", "QueueFull",
     "RequestTooLarge", "KeyHolding", "KeyQuota",
     "SubmitRefused", "Event", "FinishEvent", "TokenEvent", "PlanFeatures", "StepPlan",
+    "prefill_passes",
     "FinishReason", "Request", "Sequence", "SeqState", "CoreSnapshot",
 ]

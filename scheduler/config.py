@@ -21,6 +21,11 @@ class SchedulerConfig:
     chunked_prefill: bool = False
     """Cut prompts into chunks that fill `max_prefill_tokens`, so that a long prompt
     is prefilled over several steps beside the decodes instead of stalling them."""
+    prefill_pass_tokens: int | None = None
+    """Run a step's prefills as passes of whole prompts of at most this many prompt
+    tokens each (a longer prompt alone), the decodes and the chunks that do not end
+    their prompt in the last pass, so that the first tokens of each pass reach their
+    streams as soon as it ends rather than with the whole step. None or 0: one pass."""
     admission: str = "reserve"
     """The admission policy, by name (`ADMISSION_POLICIES`)."""
     max_overtakes: int = 4
@@ -42,6 +47,8 @@ class SchedulerConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
             raise ValueError("max_prefill_tokens must be at least 1")
+        if self.prefill_pass_tokens is not None and self.prefill_pass_tokens < 0:
+            raise ValueError("prefill_pass_tokens must not be negative")
         if self.chunked_prefill and self.max_prefill_tokens is None:
             raise ValueError("chunked prefill needs max_prefill_tokens, the chunk budget of a step")
         if self.admission not in ADMISSION_POLICIES:

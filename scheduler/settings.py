@@ -70,6 +70,13 @@ class ServeSettings:
     chunked_prefill: bool = _scheduling(
         "chunked_prefill", "cut prompts into chunks of --max-prefill-tokens, prefilled a step "
                            "at a time beside the decodes")
+    prefill_pass_tokens: int | None = _scheduling(
+        "prefill_pass_tokens", "run a step's prefills as passes of whole prompts of at most "
+                               "this many prompt tokens (a longer prompt alone), the decodes "
+                               "in the last pass, each pass's first tokens sent as it ends: "
+                               "earlier first tokens for the first prompts of a burst, at "
+                               "the cost of reading the weights once more per pass; none or "
+                               "0: one pass")
     admission: str = _scheduling(
         "admission", "reserve each request's whole length at admission, or (optimistic) hold "
                      "blocks as tokens are written and preempt the newest sequence when none "
@@ -197,7 +204,9 @@ class ServeSettings:
                                max_batch=self.max_batch, max_waiting=self.max_waiting,
                                max_model_len=max_model_len,
                                max_prefill_tokens=self.max_prefill_tokens,
-                               chunked_prefill=self.chunked_prefill, admission=self.admission,
+                               chunked_prefill=self.chunked_prefill,
+                               prefill_pass_tokens=self.prefill_pass_tokens,
+                               admission=self.admission,
                                max_overtakes=self.max_overtakes,
                                max_streams_per_key=self.max_streams_per_key,
                                max_waiting_per_key=self.max_waiting_per_key)

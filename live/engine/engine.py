@@ -1,6 +1,10 @@
 """The live engine: the scheduler core and a model runner, one step at a time.
 Each step plans, runs the model, commits the sampled tokens and turns them into
-text; the core's events come back with that text in one `StepOutput`.
+text; the core's events come back with that text in one `StepOutput`. With
+`prefill_pass_tokens` the prompts run as passes (`passes`), and the first tokens of
+each pass but the last are handed on as soon as it ends, in a `StepOutput` of
+their own; the step's output then leaves them out (the core commits them once,
+with the step).
 
 A request fails alone: a sequence whose model run (`isolation`), text or runner
 state raises ends with `error` at the next step boundary, and the others go on. A
@@ -11,12 +15,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 
 from scheduler import (Event, FinishEvent, FinishReason, Request, Scheduler, SchedulerConfig,
-                       Sequence, SeqState, StepPlan)
+                       Sequence, SeqState, StepPlan, TokenEvent, prefill_passes)
 
 from .detokenizer import TextStream
-from .isolation import run_isolated
+from .isolation import StepRun
+from .passes import run_in_passes
 from ..runner.params import GenerationInput, SamplingParams
 from .step_log import StepLog
 from .step_output import StepOutput
@@ -70,8 +76,10 @@ class Engine:
     def has_work(self) -> bool:
         return self.core.has_work()
 
-    def step(self) -> StepOutput:
-        """One step; raises `EngineBroken` only when no step may follow."""
+    def step(self, early: Callable[[StepOutput], None] | None = None) -> StepOutput:
+        """One step; raises `EngineBroken` only when no step may follow. `early`
+        takes the first tokens of each prefill pass but the last as it ends; without
+        it they come with the step's output."""
         start = time.perf_counter()
         try:
             plan = self.core.plan()
@@ -84,9 +92,12 @@ class Engine:
         self.progressed = not plan.is_empty or bool(plan.finished or plan.preempted)
         if plan.is_empty:
             return self._output(self._commit(plan, [], {}), {}, [])
-        run = run_isolated(self.runner, plan, failed)
-        deltas, ends = self._read(run.plan, run.tokens)
+        # before the commit moves each chunk's start on to its end
+        chunked = bool(plan.partials) or any(seq.prefill_start for seq in plan.prefills)
+        run, deltas, ends, handed, device_s = self._run(plan, failed, early)
         events = self._commit(run.plan, run.tokens, ends)
+        if handed:
+            events = [e for e in events if type(e) is not TokenEvent or e not in handed]
         failed |= run.failed
         for seq_id in failed:
             # applied at the next boundary, which releases the blocks
@@ -98,10 +109,45 @@ class Engine:
                                  admitted=self.core.num_admitted, waiting=self.core.num_waiting,
                                  paused=self.core.num_paused,
                                  blocks_reserved=self.core.pool.reserved_blocks,
-                                 chunked=bool(plan.partials)
-                                 or any(seq.prefill_start for seq in plan.prefills),
-                                 device_s=getattr(self.runner, "last_device_s", None))
+                                 chunked=chunked, device_s=device_s)
         return out
+
+    def _run(self, plan: StepPlan, failed: frozenset[str],
+             early: Callable[[StepOutput], None] | None):
+        """Run the plan without `failed`, pass by pass, and read its tokens' text:
+        the run, the text deltas, the sequences the text or EOS ends, the events
+        handed on to `early` and the device time."""
+        deltas: dict[str, str] = {}
+        ends: dict[str, FinishReason] = {}
+        handed: set[TokenEvent] = set()
+
+        def ran_pass(run: StepRun) -> None:
+            # the text of a pass's tokens is made now, once, for the step's output too
+            pass_deltas, pass_ends = self._read(zip(run.plan.sequences, run.tokens))
+            deltas.update(pass_deltas)
+            ends.update(pass_ends)
+            if early is not None:
+                handed.update(self._hand_on(run, pass_deltas, early))
+
+        passes = prefill_passes(plan.prefills, self.core.config.prefill_pass_tokens)
+        run, device_s = run_in_passes(self.runner, plan, passes, failed, ran_pass)
+        made = zip(run.plan.sequences, run.tokens)
+        last_deltas, last_ends = self._read(
+            [(seq, token) for seq, token in made if seq.id not in deltas] if deltas else made)
+        deltas.update(last_deltas)
+        ends.update(last_ends)
+        return run, deltas, ends, handed, device_s
+
+    def _hand_on(self, run: StepRun, deltas: dict[str, str],
+                 early: Callable[[StepOutput], None]) -> list[TokenEvent]:
+        """Hand on the first tokens a pass made, as the events the step's commit
+        will make of them; those events."""
+        tokens = [TokenEvent(seq.id, len(seq.output), token)
+                  for seq, token in zip(run.plan.sequences, run.tokens) if seq.emits_tokens]
+        if tokens:
+            early(StepOutput(tokens, deltas, {},
+                             [seq.id for seq in run.plan.admitted if not seq.preemptions]))
+        return tokens
 
     def _open_text(self, seq: Sequence) -> bool:
         """Start the text of a sequence admitted for the first time; False if that raised."""
@@ -114,13 +160,14 @@ class Engine:
             return False
         return True
 
-    def _read(self, plan: StepPlan, tokens: list[int]):
-        """Each sequence's text delta, and the sequences this step ends: a stop
-        string in the text, EOS from the model, or text that could not be made."""
+    def _read(self, made: Iterable[tuple[Sequence, int]]):
+        """Each sequence's text delta for the token it `made`, and the sequences this
+        step ends: a stop string in the text, EOS from the model, or text that could
+        not be made."""
         deltas: dict[str, str] = {}
         ends: dict[str, FinishReason] = {}
         eos = self.eos_token_ids
-        for seq, token in zip(plan.sequences, tokens):
+        for seq, token in made:
             text = self._texts.get(seq.id)
             try:
                 deltas[seq.id] = text.push(token)

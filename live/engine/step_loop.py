@@ -1,7 +1,9 @@
 """The thread that owns the engine and does nothing but steps. It sleeps on the
 inbox when there is no work (no spinning) and hands each step's output to a
-callback in one batch. It never dies silently: if the engine breaks, the loop
-stops and says so through `on_halt`, so that whoever holds streams can end them."""
+callback in one batch, and before it, in a batch each, the first tokens of the
+prefill passes that end before their step (`Engine.step`). It never dies
+silently: if the engine breaks, the loop stops and says so through `on_halt`, so
+that whoever holds streams can end them."""
 from __future__ import annotations
 
 import logging
@@ -46,6 +48,12 @@ class StepLoop:
         """Stepping, or able to: started, and neither stopped nor halted."""
         return self._thread.is_alive() and self.halted is None
 
+    def _hand(self, output: StepOutput) -> None:
+        try:
+            self._deliver(output)
+        except Exception:
+            log.exception("delivering step events failed")
+
     def _run(self) -> None:
         try:
             self._steps()
@@ -64,12 +72,9 @@ class StepLoop:
                 continue
             if self._before_step is not None:
                 self._before_step()
-            output = engine.step()
+            output = engine.step(self._hand)
             if not output.is_empty:
-                try:
-                    self._deliver(output)
-                except Exception:
-                    log.exception("delivering step events failed")
+                self._hand(output)
             # after the delivery, so that a view of the core it refreshes is never
             # newer than the events handed on before it
             if self._after_step is not None:

@@ -11,6 +11,7 @@ steps are delivered, until a preemption (optimistic admission) leaves it out of
 some steps. Its token times are therefore runs of the hub's step delivery times
 (`Server.step_times`): it notes the step and token index where each run starts, and
 turns them into times when its stream ends or it leaves, rather than one by one.
+A token that a prefill pass made before its step ended keeps its own time.
 
 It tells the server when it is done (refused, left, or read the last event): the
 server settles its record once the engine has ended its sequence too."""
@@ -69,7 +70,7 @@ class SimClient:
 
     __slots__ = ("env", "request", "behaviour", "server", "request_s", "instant",
                  "leave_after_tokens", "leaves_after_index", "outcome", "connection", "done",
-                 "ended", "runs", "next_run", "run_end", "on_done", "_readable")
+                 "ended", "runs", "next_run", "run_end", "early", "on_done", "_readable")
 
     def __init__(self, env: simpy.Environment, request: TraceRequest, server: Server,
                  overheads: Overheads, on_done: Callable[[SimClient], None] | None = None):
@@ -100,6 +101,9 @@ class SimClient:
         """The index of the token that begins the next run."""
         self.run_end: int | None = None
         """Where the last run ended, when its sequence was preempted."""
+        self.early: dict[int, float] | None = None
+        """An instant reader's tokens taken before their step's delivery (those of a
+        prefill pass that ended before its step), by index: when it took them."""
         self._readable: simpy.Event | None = None
 
     def run(self):
@@ -210,6 +214,12 @@ class SimClient:
         self.runs.append((index, step))
         self.run_end = None
 
+    def took_early(self, index: int, at: float) -> None:
+        """Token `index` came at `at`, before the delivery of its step."""
+        if self.early is None:
+            self.early = {}
+        self.early[index] = at
+
     def preempted(self, tokens: int) -> None:
         """The sequence lost its blocks after making `tokens`: the run ends there,
         and the next begins with the token it makes when re-admitted."""
@@ -223,5 +233,9 @@ class SimClient:
         ends = [index for index, _ in runs[1:]] + [tokens]
         o.token_times_s = [t for (index, step), end in zip(runs, ends)
                            for t in steps.between(step, step + end - index)]
+        if self.early:
+            for index, at in self.early.items():
+                if index < len(o.token_times_s):
+                    o.token_times_s[index] = at
         o.first_token_client_s = o.token_times_s[0]
         o.tokens_read = tokens

@@ -1,11 +1,17 @@
 """The engine loop on the virtual clock: plan a step, wait what the cost model
 says it takes, commit it with dummy token ids and hand its events to the hub. With
-nothing to step it sleeps until a wish (submit, cancel, pause, resume) wakes it."""
+nothing to step it sleeps until a wish (submit, cancel, pause, resume) wakes it.
+
+With prefill passes (`SchedulerConfig.prefill_pass_tokens`) a step's prompts make
+their first tokens pass by pass, as the live engine hands them on: each pass takes
+its share of the step's cost, the cost model's price of that pass alone scaled so
+that the passes add up to the step's cost (which the model was fitted on)."""
 from __future__ import annotations
 
 import simpy
 
-from scheduler import FinishReason, PlanFeatures, Scheduler, StepPlan
+from scheduler import (FinishReason, PlanFeatures, Scheduler, Sequence, StepPlan, TokenEvent,
+                       prefill_passes)
 
 from ..cost_model import CostModel
 from ..timeseries import TimeSeries
@@ -37,6 +43,7 @@ class SimEngine:
         wait_delivery = hub.overheads.delivery_s if engine_waits else 0.0
         # steady runs need each step delivered as it ends, and no token to look at
         runs = not engine_waits and not hub.overheads.delivery_s and not self.stops_early
+        pass_tokens = core.config.prefill_pass_tokens
         while True:
             while engine_waits and hub.backlogged:
                 yield hub.until_drained()
@@ -55,7 +62,14 @@ class SimEngine:
                 else:  # everything is paused
                     yield self._sleep()
                 continue
-            end = self._end_of(cost.cost(plan.features))
+            left = cost.cost(plan.features)
+            handed = None
+            if pass_tokens and len(plan.prefills) > 1:
+                passes = prefill_passes(plan.prefills, pass_tokens)
+                if len(passes) > 1:
+                    handed = yield from self._early_passes(plan, passes, left, hub)
+                    left += start - env.now  # the last pass
+            end = self._end_of(left)
             if end is not None:
                 yield end
             events = core.commit(plan, [0] * n, self._eos(plan) if self.stops_early else None)
@@ -63,7 +77,10 @@ class SimEngine:
             self._record(n)
             if plan.admitted:
                 hub.admitted(plan.admitted, start)
-            if plan.prefills:
+            if handed is not None:
+                hub.prefilled(passes[-1], now)
+                events = [e for e in events if type(e) is not TokenEvent or e.seq_id not in handed]
+            elif plan.prefills:
                 hub.prefilled(plan.prefills, now)
             hub.committed(events, now)
             if runs and not hub.backlogged:
@@ -72,6 +89,24 @@ class SimEngine:
                 end = self._end_of(wait_delivery)
                 if end is not None:
                     yield end
+
+    def _early_passes(self, plan: StepPlan, passes: list[list[Sequence]], step_cost: float,
+                      hub: Hub):
+        """Wait out each prefill pass but the last, handing on its first tokens as
+        it ends; the sequences whose token was handed on. The last pass carries the
+        step's decodes and its chunks that end no prompt."""
+        cost, f = self.cost, plan.features
+        shares = [cost.cost(PlanFeatures.of(prompts, 0, 0)) for prompts in passes[:-1]]
+        shares.append(cost.cost(PlanFeatures.of(passes[-1] + plan.partials, f.decode_batch,
+                                                f.context_tokens)))
+        scale = step_cost / sum(shares)
+        handed: set[str] = set()
+        for share, prompts in zip(shares, passes[:-1]):
+            end = self._end_of(share * scale)
+            if end is not None:
+                yield end
+            handed |= hub.first_tokens(prompts, self.env.now)
+        return handed
 
     def _steady_run(self, hub: Hub) -> None:
         """The steps that would each decode the same batch (`Scheduler.steady`) and

@@ -63,6 +63,9 @@ class Reader(Protocol):
     def preempted(self, tokens: int) -> None:
         """An instant reader's sequence lost its blocks after making `tokens`."""
 
+    def took_early(self, index: int, at: float) -> None:
+        """An instant reader took token `index` at `at`, before its step's delivery."""
+
 
 class Hub:
     def __init__(self, env: simpy.Environment, core: Scheduler, policy: BacklogPolicy,
@@ -132,6 +135,25 @@ class Hub:
             if not seq.preemptions:
                 self.clients[seq.id].outcome.first_token_engine_s = end
 
+    def first_tokens(self, seqs: list[Sequence], now: float) -> set[str]:
+        """The first tokens of a prefill pass that ended at `now`, before its step:
+        delivered now (the step's commit leaves out those of the sequences returned),
+        or for an instant reader (whose token times are its steps') noted as taken."""
+        handed, events = set(), []
+        at = now + self.overheads.delivery_s
+        for seq in seqs:
+            if not seq.preemptions:
+                self.clients[seq.id].outcome.first_token_engine_s = now
+            reader = self.instant_readers.get(seq.id)
+            if reader is not None:
+                reader.took_early(len(seq.output), at)
+            elif seq.emits_tokens:
+                handed.add(seq.id)
+                events.append(TokenEvent(seq.id, len(seq.output), 0))
+        if events:
+            self.committed(events, now, from_step=False)
+        return handed
+
     def _asked(self, r: TraceRequest) -> int:
         """The tokens `r` asks for: its output times the factor, within the context."""
         asked = math.ceil(r.max_new_tokens * self.max_tokens_factor)
@@ -150,8 +172,8 @@ class Hub:
 
     def committed(self, events: list[Event], now: float, from_step: bool = True) -> None:
         """Book what the engine did at `now`, then deliver the events to the
-        streams once the delivery delay has passed. `from_step` is False for the final
-        events of sequences cancelled with nothing to compute."""
+        streams once the delivery delay has passed. `from_step` is False for events of
+        no step's delivery: cancels with nothing to compute, a prefill pass's tokens."""
         clients, left = self.clients, self.left
         for event in events:
             if type(event) is TokenEvent:

@@ -36,8 +36,8 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
     settings = ServeSettings(model=str(model_dir), max_batch=3, num_blocks=40, block_size=8,
                              max_waiting=9, policy="pause", max_queued=7, resume_grace_s=2.0,
                              keepalive_s=5.0, step_ring=50, max_prefill_tokens=20,
-                             chunked_prefill=True, admission="optimistic", max_overtakes=2,
-                             max_waiting_per_key=4, api_key=("a:secret-a",),
+                             chunked_prefill=True, prefill_pass_tokens=16, admission="optimistic",
+                             max_overtakes=2, max_waiting_per_key=4, api_key=("a:secret-a",),
                              admin_key="secret-admin")
     with running_server(settings) as url:
         info = httpx.get(url + "/v1/engine", headers=ADMIN).json()
@@ -47,7 +47,8 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
         assert info["scheduler"] == {"num_blocks": 40, "block_size": 8, "max_batch": 3,
                                      "max_waiting": 9, "max_model_len": 256,
                                      "max_prefill_tokens": 20, "chunked_prefill": True,
-                                     "admission": "optimistic", "max_overtakes": 2,
+                                     "prefill_pass_tokens": 16, "admission": "optimistic",
+                                     "max_overtakes": 2,
                                      "max_streams_per_key": None, "max_waiting_per_key": 4}
         # every setting, a secret as how many there are
         hidden = {"api_key": "<1 hidden>", "admin_key": "<hidden>"}
@@ -63,8 +64,8 @@ def test_engine_describes_the_model_its_settings_and_its_steps(model_dir):
         setup = build_setup(ConstantCost(1.0), **ServerInfo.from_json(info).sim_settings())
         assert (setup.config.num_blocks, setup.config.max_batch, setup.config.admission,
                 setup.config.max_prefill_tokens, setup.config.chunked_prefill,
-                setup.config.max_overtakes, setup.config.max_waiting_per_key) == (
-                    40, 3, "optimistic", 20, True, 2, 4)
+                setup.config.prefill_pass_tokens, setup.config.max_overtakes,
+                setup.config.max_waiting_per_key) == (40, 3, "optimistic", 20, True, 16, 2, 4)
         assert (setup.policy.name, setup.policy.max_queued, setup.resume_grace_s) == ("pause", 7, 2.0)
 
         httpx.post(url + "/v1/stream", json={"prompt": "hello", "max_new_tokens": 6},

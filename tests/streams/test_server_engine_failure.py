@@ -54,8 +54,8 @@ def test_an_event_the_hub_cannot_handle_ends_its_own_stream_only(monkeypatch):
     step = engine.step
     broken: list[str] = []
 
-    def step_with_a_stray_event():
-        output = step()
+    def step_with_a_stray_event(early=None):
+        output = step(early)
         for e in output.events:
             if isinstance(e, TokenEvent) and e.index == 3 and not broken:
                 broken.append(e.seq_id)
