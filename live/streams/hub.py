@@ -1,7 +1,9 @@
 """The hub: the asyncio side of the step loop.
 
-Each step's output reaches the hub in one batch, and becomes the events of the
-streams it touched, `Start` … `Done`, in each stream's log (`stream.py`), from
+Each step's output reaches the hub in one batch (with prefill passes, the first
+tokens of a pass that ends before its step come in a batch of their own, ahead of
+the step's, which then leaves them out), and becomes the events of the streams it
+touched, `Start` … `Done`, in each stream's log (`stream.py`), from
 which its readers (the POST that started it, GETs that attached to it) take them.
 The backlog policy (`backlog_control.py`) is applied to each stream as its owner's
 reader sees it; the step loop never waits for a reader except under `naive`. Every
