@@ -1,6 +1,8 @@
 """Overlap: what batching many streams into one step buys. N streams started at
-once, for growing N: throughput, TTFT and the gap between tokens; then short
-requests joining while streams run, against the same requests on an idle server."""
+once, for growing N: throughput, TTFT and the gap between tokens; the most of them
+again with their prompts prefilled in passes (`--prefill-pass-tokens`), each pass's
+first tokens sent as it ends rather than with the step; then short requests
+joining while streams run, against the same requests on an idle server."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ class OverlapSize:
     joiner_first_s: float = 1.0
     """When the first joiner comes after the running streams start."""
     joiner_every_s: float = 0.3
+    pass_tokens: int = 4 * PROMPT_TOKENS
+    """Prompt tokens a prefill pass takes in the run with passes: four prompts."""
 
 
 def simultaneous(n: int, tokens: int) -> list[TraceRequest]:
@@ -52,6 +56,10 @@ def run(bench: Bench, size: OverlapSize = OverlapSize()) -> Findings:
             c = bench.compare(target, f"joiners-{running}", joining(running, size))
             joined[running] = {side: _joiner_ttft(getattr(c, side).outcomes)
                                for side in ("live", "sim")}
+    most = max(size.levels)
+    with bench.server("overlap-passes", max_batch=top,
+                      prefill_pass_tokens=size.pass_tokens) as target:
+        passes = bench.compare(target, f"streams-{most}-passes", simultaneous(most, size.tokens))
     one = by_level[size.levels[0]]
     quantities = []
     for n, c in by_level.items():
@@ -75,6 +83,12 @@ def run(bench: Bench, size: OverlapSize = OverlapSize()) -> Findings:
                          ratio(live.gap_p50_s, one.live.summary.gap_p50_s),
                          ratio(sim.gap_p50_s, one.sim.summary.gap_p50_s),
                          "1.5× at 32" if n == 32 else "")]
+    label = f"{most} streams, first tokens by pass of {size.pass_tokens} prompt tokens"
+    live, sim = passes.live.summary, passes.sim.summary
+    quantities += [
+        Quantity(f"{label}: TTFT p50 (ms)", ms(live.ttft_client_p50_s), ms(sim.ttft_client_p50_s)),
+        Quantity(f"{label}: TTFT p99 (ms)", ms(live.ttft_client_p99_s), ms(sim.ttft_client_p99_s)),
+        Quantity(f"{label}: tokens/s", live.throughput_tok_s, sim.throughput_tok_s)]
     reference = {0: "16", 8: "41", 24: "47"}
     for running, ttft in joined.items():
         label = "idle server" if not running else f"{running} streams running"
@@ -108,7 +122,9 @@ def run(bench: Bench, size: OverlapSize = OverlapSize()) -> Findings:
         quantities=quantities, draw=draw,
         notes=["The step ratio is the gap p50 at N streams over the gap p50 of one: a decode "
                "step makes one token for every stream, so the gap is the step's length.",
-               "TTFT counts the prefill of every prompt that arrived together, in one step.",
+               "TTFT counts the prefill of every prompt that arrived together, in one step; "
+               f"with passes of {size.pass_tokens} prompt tokens, a prompt's first token "
+               "leaves when its own pass ends.",
                f"The profile's step costs were fitted on batches up to {bench.profile.max_batch}; "
                "larger batches are extrapolated by the simulator's cost model."])
 

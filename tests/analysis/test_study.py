@@ -61,7 +61,8 @@ def test_the_writer_keeps_every_quantity_in_table_and_json(tmp_path):
 
 def test_overlap_measures_every_level_on_both_sides(model_dir, tmp_path):
     size = OverlapSize(levels=(1, 3), tokens=5, running=(2,), running_tokens=24, joiners=3,
-                       joiner_tokens=2, joiner_first_s=0.05, joiner_every_s=0.05)
+                       joiner_tokens=2, joiner_first_s=0.05, joiner_every_s=0.05,
+                       pass_tokens=16)
     findings = overlap(bench(model_dir, tmp_path), size)
     write_study("overlap", findings, tmp_path, 1.0)
     data, md = written(tmp_path)
@@ -71,13 +72,17 @@ def test_overlap_measures_every_level_on_both_sides(model_dir, tmp_path):
         for what in ("tokens/s", "TTFT p50 (ms)", "TTFT p99 (ms)", "inter-token gap p50 (ms)"):
             assert f"{level}: {what}" in names
     assert "3 streams: throughput / 1 stream's" in names
+    # the most streams again, their prompts in passes of one prompt each
+    passes = [n for n in names if "first tokens by pass" in n]
+    assert passes == [f"3 streams, first tokens by pass of 16 prompt tokens: {what}"
+                      for what in ("TTFT p50 (ms)", "TTFT p99 (ms)", "tokens/s")]
     assert [n for n in names if n.startswith("joiners")] == [
         "joiners' TTFT p50 (ms), idle server", "joiners' TTFT p50 (ms), 2 streams running"]
     for q in findings.quantities:
         assert q.live is not None and q.live > 0 and q.sim is not None and q.sim > 0, q
         assert f"| {q.name} |" in md
     # every stream of every run read what the trace asked, live and simulated
-    for run_dir in ("streams-1", "streams-3", "joiners-0", "joiners-2"):
+    for run_dir in ("streams-1", "streams-3", "streams-3-passes", "joiners-0", "joiners-2"):
         for side in ("live", "sim"):
             outcomes = read_outcomes(tmp_path / run_dir / f"{side}-outcomes.parquet")
             assert outcomes and all(o.tokens_read == o.max_new_tokens for o in outcomes)
