@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -20,6 +19,7 @@ from scheduler.settings import ServeSettings  # noqa: E402
 from sim import Profile  # noqa: E402
 from sim.replay import Probe  # noqa: E402
 from traces import TraceRequest  # noqa: E402
+from traces.percentiles import Percentiles  # noqa: E402
 
 from ..compare import Comparison, compare  # noqa: E402
 from ..live_target import LiveTarget, live_target  # noqa: E402
@@ -148,8 +148,9 @@ def cdf(ax, values: list[float], **style) -> None:
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    """The `q`th percentile, nearest rank; None of nothing."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+    """The `q`th percentile as every summary takes it (`traces.percentiles`, numpy's
+    linear method); None of nothing."""
+    with Percentiles() as pooled:
+        for value in values:
+            pooled.add(value)
+        return pooled.percentiles([q])[0]
