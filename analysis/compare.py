@@ -105,7 +105,8 @@ def add_engine_view(outcomes: list[RequestOutcome], records: list[dict], prefix:
                     started_unix: float) -> list[str]:
     """What only the server knows of each live request, from its records (named
     `<prefix><trace id>`): when the engine admitted it and made its first token,
-    the tokens it made, and those made after the client left. Returns the ids of
+    the tokens it made, those made after the client left, and that a stream its
+    client saw break was dropped as a slow reader's. Returns the ids of
     the accepted requests that have no record."""
     by_id = {r["id"].removeprefix(prefix): r for r in records if r["id"].startswith(prefix)}
     unrecorded = []
@@ -117,6 +118,10 @@ def add_engine_view(outcomes: list[RequestOutcome], records: list[dict], prefix:
             continue
         o.tokens_generated = record["completion_tokens"]
         o.tokens_after_leave = record["tokens_after_leave"]
+        if o.finish_reason == "error" and record["finish_reason"] == "slow_client":
+            # the broken connection was the server cutting a dropped reader that took
+            # nothing: a drop, as the simulator records it
+            o.finish_reason = "slow_client"
         # a request may be admitted and end before its first token (a client
         # leaving during a chunked prefill)
         if record["admitted_unix"] is not None:

@@ -111,6 +111,11 @@ class ServeSettings:
     resume_grace_s: float = _setting(0.0, "how long a stream whose last reader left stays "
                                          "paused for a resuming GET; 0 cancels it at the next "
                                          "step", SHARED)
+    disconnect_notice: str = _setting(
+        "listen", "how a stream learns that its client left: listen (at once, from the "
+                  "connection) or write (only when a write to the client finds its "
+                  "connection gone, as a response that never reads its request's channel "
+                  "does: kept to measure what listening saves)", SHARED, ["listen", "write"])
     keepalive_s: float = _setting(15.0, "a comment on a stream idle this long")
     sse_retry_ms: int = _setting(1000, "the retry: field an own-format stream opens with: how "
                                       "long a browser's EventSource waits before it reconnects "
@@ -179,6 +184,8 @@ class ServeSettings:
             raise ValueError("body_timeout_s and header_timeout_s must be positive")
         if self.resume_grace_s < 0 or self.event_padding < 0:
             raise ValueError("resume_grace_s and event_padding must not be negative")
+        if self.disconnect_notice not in ("listen", "write"):
+            raise ValueError("disconnect_notice must be listen or write")
         if self.max_readers_per_stream < 0 or self.sse_retry_ms < 0:
             raise ValueError("max_readers_per_stream and sse_retry_ms must not be negative")
         for name in ("slo_ttft_s", "slo_tpot_s"):

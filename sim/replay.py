@@ -95,7 +95,8 @@ def replay(trace: Iterable[TraceRequest], setup: ReplaySetup, probe: Probe | Non
         cost = setup.cost if setup.fitted is None else RangeWatch(setup.cost, setup.fitted)
         engine = SimEngine(env, core, cost, series, stops_early=setup.max_tokens_factor > 1)
         hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake, settled,
-                  resume_grace_s=setup.resume_grace_s, max_tokens_factor=setup.max_tokens_factor)
+                  resume_grace_s=setup.resume_grace_s, max_tokens_factor=setup.max_tokens_factor,
+                  listens=setup.disconnect_notice == "listen")
         env.process(arriving.run(env, hub, setup, in_flight))
         env.process(engine.run(hub))
         if probe is not None:

@@ -32,6 +32,10 @@ class ReplaySetup:
     (rounded up, within the model's context), as they set max_tokens far above what
     a model generates before its EOS: reservation holds what they ask, the model
     stops (eos) where the trace's output ends. 1: they ask for exactly that."""
+    disconnect_notice: str = "listen"
+    """How the server learns that a client left: `listen`, the overheads'
+    `disconnect_detect_s` after it; `write`, when the next event for the stream is
+    written (and nothing written, nothing learnt)."""
     slo: Slo | None = None
     """What the summary judges each request by (attainment and goodput)."""
     fitted: FittedRanges | None = None
@@ -43,6 +47,8 @@ class ReplaySetup:
             raise ValueError("resume_grace_s must be >= 0")
         if self.max_tokens_factor < 1:
             raise ValueError("max_tokens_factor must be >= 1")
+        if self.disconnect_notice not in ("listen", "write"):
+            raise ValueError("disconnect_notice must be listen or write")
 
 
 CONFIG_SETTINGS = tuple(f.name for f in fields(SchedulerConfig))
@@ -50,19 +56,20 @@ OVERHEAD_SETTINGS = tuple(f.name for f in fields(Overheads))
 POLICY_SETTINGS = tuple(sorted({f for cls in BACKLOG_POLICIES.values()
                                 for f in getattr(cls, "__dataclass_fields__", {})}))
 SETTINGS = ("policy", "wire", "event_padding", "resume_grace_s", "max_tokens_factor",
-            "slo_ttft_s", "slo_tpot_s") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
+            "disconnect_notice", "slo_ttft_s", "slo_tpot_s") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
 
 
 def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twinstep",
                 event_padding: int = 0, resume_grace_s: float = 0.0,
-                max_tokens_factor: float = 1.0, slo_ttft_s: float | None = None,
+                max_tokens_factor: float = 1.0, disconnect_notice: str = "listen",
+                slo_ttft_s: float | None = None,
                 slo_tpot_s: float | None = None, fitted: FittedRanges | None = None,
                 **settings) -> ReplaySetup:
     """`settings` are SchedulerConfig fields, Overheads fields and backlog policy
     parameters, by name; a parameter the chosen policy does not take is ignored, so
     one set of settings serves a sweep over policies. `event_padding`,
-    `resume_grace_s` and `max_tokens_factor`: see `WireFormat.padded` and
-    `ReplaySetup`; `slo_ttft_s` and `slo_tpot_s`: its `Slo`; `fitted`: the ranges
+    `resume_grace_s`, `max_tokens_factor` and `disconnect_notice`: see
+    `WireFormat.padded` and `ReplaySetup`; `slo_ttft_s` and `slo_tpot_s`: its `Slo`; `fitted`: the ranges
     the cost model was fitted on."""
     unknown = set(settings) - set(SETTINGS)
     if unknown:
@@ -76,6 +83,7 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
         wire=wire_format(wire).padded(event_padding),
         resume_grace_s=resume_grace_s,
         max_tokens_factor=max_tokens_factor,
+        disconnect_notice=disconnect_notice,
         slo=Slo.given(slo_ttft_s, slo_tpot_s),
         fitted=fitted,
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from traces import Client, LeaveHow, TraceRequest
 
+from ..compare import Comparison
 from .bench import Bench, Findings, Quantity, cdf, ms, percentile, ratio
 from .watch import CoreWatch, live_records
 
@@ -48,12 +49,26 @@ def workload(size: DisconnectSize) -> list[TraceRequest]:
     return trace
 
 
-def run(bench: Bench, size: DisconnectSize = DisconnectSize()) -> Findings:
-    trace = workload(size)
-    leavers = {r.id: r.client.leave_how for r in trace if r.client.leaves}
+NOTICES = {"listen": "listening", "write": "write-only"}
+"""The server's ways to learn a client left (`disconnect_notice`), as the table
+names them."""
+
+
+@dataclass
+class Variant:
+    """One server's run: the comparison, and each leaver's close-to-release time
+    on each side, by request id."""
+
+    comparison: Comparison
+    release: dict[str, dict[str, float]]
+    noticed: list[float]
+
+
+def run_variant(bench: Bench, size: DisconnectSize, trace: list[TraceRequest],
+                leavers: dict[str, LeaveHow], notice: str) -> Variant:
     watch = CoreWatch(list(leavers))
-    with bench.server("disconnect") as target:
-        c = bench.compare(target, "disconnect", trace, probe=watch)
+    with bench.server(f"disconnect-{notice}", disconnect_notice=notice) as target:
+        c = bench.compare(target, f"disconnect-{notice}", trace, probe=watch)
     records = live_records(c)
     release = {"live": {}, "sim": {}}
     for side in ("live", "sim"):
@@ -67,6 +82,69 @@ def run(bench: Bench, size: DisconnectSize = DisconnectSize()) -> Findings:
     noticed = [records[o.id]["left_unix"] - o.left_s for o in c.live.outcomes
                if o.id in leavers and o.left_s is not None
                and records[o.id]["left_unix"] is not None]
+    return Variant(c, release, noticed)
+
+
+def run(bench: Bench, size: DisconnectSize = DisconnectSize()) -> Findings:
+    trace = workload(size)
+    leavers = {r.id: r.client.leave_how for r in trace if r.client.leaves}
+    variants = {notice: run_variant(bench, size, trace, leavers, notice) for notice in NOTICES}
+    quantities = []
+    for notice, label in NOTICES.items():
+        quantities += _quantities(bench, variants[notice], leavers, label,
+                                  write_only=notice == "write")
+    listening, write_only = variants["listen"].comparison, variants["write"].comparison
+    quantities.append(Quantity("write-only total time over listening's",
+                               ratio(write_only.live.summary.makespan_s,
+                                     listening.live.summary.makespan_s),
+                               ratio(write_only.sim.summary.makespan_s,
+                                     listening.sim.summary.makespan_s), "1.47"))
+
+    def draw(fig):
+        axes = fig.subplots(1, 2, sharey=True)
+        for ax, (notice, label) in zip(axes, NOTICES.items()):
+            release = variants[notice].release
+            for side, style in (("live", "-"), ("sim", "--")):
+                for how in (LeaveHow.FIN, LeaveHow.RST):
+                    cdf(ax, [ms(x) for k, x in release[side].items() if leavers[k] is how],
+                        linestyle=style, label=f"{how.value} {side}")
+            ax.set(xlabel="client's close to the engine's release (ms)",
+                   title=f"close to release, {label}")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        axes[0].set_ylabel("fraction of leavers")
+
+    return Findings(
+        title="Disconnect: half the clients leave early",
+        setup=(f"{size.streams} streams of {size.tokens} tokens arriving over "
+               f"{size.arrivals_s} s (the reference: 300); every other one leaves after "
+               f"{size.leave_after[0]} to {size.leave_after[1]} tokens, alternately with FIN "
+               f"and RST; max batch {listening.server.scheduler['max_batch']}. Run against a "
+               "server that listens for the disconnect, then against one whose streams learn "
+               "of it only when a write finds the connection gone "
+               "(`--disconnect-notice write`)."),
+        quantities=quantities, draw=draw,
+        notes=["Close to release: from the client's close (its clock) to the end of the step "
+               "whose plan released the sequence, when its finish reaches the streams (the "
+               "live server's record of the request; in the simulator, the first step end "
+               "after the core, looked at every 5 ms, no longer held it). A cancel takes "
+               "effect at the next step boundary: the release waits for the step under way, "
+               "and is told at the end of the one after.",
+               "Write-only: the write that fails is that of the stream's next event, made "
+               "by the step after the close, so the engine makes at least one more token "
+               "for nobody and the release comes a step or two later than listening's. "
+               "uvicorn itself returns from a write to a gone client as if it had written; "
+               "the server asks its transport whether the connection is closing after "
+               "each write, as a write to a closed socket would fail.",
+               "Blocks leaked: the live server's blocks reserved once the replay settled; the "
+               "simulator's replay refuses to end with any block reserved.",
+               "Events dropped after close: events the engine made for streams already closed "
+               "(live: /stats dropped_events over the run)."])
+
+
+def _quantities(bench: Bench, variant: Variant, leavers: dict[str, LeaveHow], label: str,
+                write_only: bool) -> list[Quantity]:
+    c, release = variant.comparison, variant.release
 
     def by_how(side: str, how: LeaveHow | None, q: float) -> float | None:
         return ms(percentile([v for k, v in release[side].items()
@@ -78,51 +156,31 @@ def run(bench: Bench, size: DisconnectSize = DisconnectSize()) -> Findings:
 
     live, sim = c.live.summary, c.sim.summary
     leaked = None if c.stats_after is None else c.stats_after["blocks_reserved"]
+
+    def reference(listening: str, written: str) -> str:
+        return written if write_only else listening
+
     quantities = [
-        Quantity("leavers", sum(o.left_s is not None for o in c.live.outcomes),
-                 sum(o.left_s is not None for o in c.sim.outcomes)),
-        Quantity("disconnect noticed by the server p50 (ms)", ms(percentile(noticed, 50)),
-                 ms(bench.profile.overheads_model().disconnect_detect_s)),
-        Quantity("close to release p50, FIN (ms)", by_how("live", LeaveHow.FIN, 50),
-                 by_how("sim", LeaveHow.FIN, 50), "10–19"),
-        Quantity("close to release p50, RST (ms)", by_how("live", LeaveHow.RST, 50),
-                 by_how("sim", LeaveHow.RST, 50), "10–19"),
-        Quantity("close to release p99, all (ms)", by_how("live", None, 99),
-                 by_how("sim", None, 99)),
-        Quantity("leavers: tokens made per token read", made_per_read("live"),
-                 made_per_read("sim"), "1.4"),
-        Quantity("tokens made after their client left", live.wasted_tokens, sim.wasted_tokens),
-        Quantity("total time (s)", live.makespan_s, sim.makespan_s),
-        Quantity("streams read to their end", live.completed, sim.completed),
-        Quantity("blocks leaked", leaked, 0, "0"),
-        Quantity("events dropped after close", c.live.events_discarded, c.sim.events_discarded),
+        Quantity(f"{label}: leavers", sum(o.left_s is not None for o in c.live.outcomes),
+                 sum(o.left_s is not None for o in c.sim.outcomes))]
+    if not write_only:
+        quantities.append(Quantity(f"{label}: disconnect noticed by the server p50 (ms)",
+                                   ms(percentile(variant.noticed, 50)),
+                                   ms(bench.profile.overheads_model().disconnect_detect_s)))
+    return quantities + [
+        Quantity(f"{label}: close to release p50, FIN (ms)", by_how("live", LeaveHow.FIN, 50),
+                 by_how("sim", LeaveHow.FIN, 50), reference("10–19", "~2,000")),
+        Quantity(f"{label}: close to release p50, RST (ms)", by_how("live", LeaveHow.RST, 50),
+                 by_how("sim", LeaveHow.RST, 50), reference("10–19", "~2,000")),
+        Quantity(f"{label}: close to release p99, all (ms)", by_how("live", None, 99),
+                 by_how("sim", None, 99), reference("max 34.5", "")),
+        Quantity(f"{label}: leavers' tokens made per token read", made_per_read("live"),
+                 made_per_read("sim"), reference("1.4", "5.2")),
+        Quantity(f"{label}: tokens made after their client left", live.wasted_tokens,
+                 sim.wasted_tokens),
+        Quantity(f"{label}: total time (s)", live.makespan_s, sim.makespan_s),
+        Quantity(f"{label}: streams read to their end", live.completed, sim.completed),
+        Quantity(f"{label}: blocks leaked", leaked, 0, "0"),
+        Quantity(f"{label}: events dropped after close", c.live.events_discarded,
+                 c.sim.events_discarded),
     ]
-
-    def draw(fig):
-        ax = fig.subplots()
-        for side, style in (("live", "-"), ("sim", "--")):
-            for how in (LeaveHow.FIN, LeaveHow.RST):
-                cdf(ax, [ms(x) for k, x in release[side].items() if leavers[k] is how],
-                    linestyle=style, label=f"{how.value} {side}")
-        ax.set(xlabel="client's close to the engine's release (ms)", ylabel="fraction of leavers",
-               title="close to release")
-        ax.grid(alpha=0.3)
-        ax.legend()
-
-    return Findings(
-        title="Disconnect: half the clients leave early",
-        setup=(f"{size.streams} streams of {size.tokens} tokens arriving over "
-               f"{size.arrivals_s} s (the reference: 300); every other one leaves after "
-               f"{size.leave_after[0]} to {size.leave_after[1]} tokens, alternately with FIN "
-               f"and RST; max batch {c.server.scheduler['max_batch']}."),
-        quantities=quantities, draw=draw,
-        notes=["Close to release: from the client's close (its clock) to the end of the step "
-               "whose plan released the sequence, when its finish reaches the streams (the "
-               "live server's record of the request; in the simulator, the first step end "
-               "after the core, looked at every 5 ms, no longer held it). A cancel takes "
-               "effect at the next step boundary: the release waits for the step under way, "
-               "and is told at the end of the one after.",
-               "Blocks leaked: the live server's blocks reserved once the replay settled; the "
-               "simulator's replay refuses to end with any block reserved.",
-               "Events dropped after close: events the engine made for streams already closed "
-               "(live: /stats dropped_events over the run)."])

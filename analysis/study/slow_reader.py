@@ -98,7 +98,7 @@ def run(bench: Bench, size: SlowReaderSize = SlowReaderSize(),
             Quantity(f"{policy}: peak events queued for it", queued_live, queued_sim),
             Quantity(f"{policy}: peak bytes queued for it (MB)", queued_live * token_bytes / 1e6,
                      queued_sim * token_bytes / 1e6, ref.get("bytes", "")),
-            Quantity(f"{policy}: slow_client reaches the reader at (s)",
+            Quantity(f"{policy}: slow_client ends the reader's stream at (s)",
                      _slow_client_s(live_slow), _slow_client_s(sim_slow), ref.get("told", "")),
             Quantity(f"{policy}: the slow reader's tokens", live_slow.tokens_read,
                      sim_slow.tokens_read),
@@ -201,8 +201,11 @@ def _notes(size: SlowReaderSize, token_bytes: int, in_transport: int) -> list[st
         "holds. Bytes: events times the padded event's size.",
         "Slot and blocks held: from admission to the engine's release (the live server's "
         "record of the request; the simulated core looked at every 5 ms).",
-        "slow_client reaches the reader at: when the reader read the final event, `-` when "
-        "its stream did not end with slow_client.",
+        "slow_client ends the reader's stream at: when the reader read the final "
+        "`slow_client` event or, taking nothing for the stall timeout after the drop, had "
+        "its connection cut (it sees the connection break; the server's record of the "
+        "request, which the live side takes, says slow_client); `-` when its stream did not "
+        "end with slow_client.",
         f"The stall timeout ({size.stall_timeout_s} s under drop and pause_then_drop) is also "
         "how long the live server lets the reader of an ended stream take nothing before it "
         "cuts the connection: a reader that pauses longer than that between events is cut "

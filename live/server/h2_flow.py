@@ -8,7 +8,8 @@ into its stream's queue exactly as one over HTTP/1.1 does when the socket fills.
 And a response that gives up on its client (`sse.ABORT`) resets its own stream
 (RST_STREAM, its parked bytes dropped), not the connection its siblings share;
 the bytes a response still holds for its client (`sse.UNSENT`) are its stream's
-parked bytes, not the connection's, which its siblings share too."""
+parked bytes, not the connection's, which its siblings share too, and whether its
+client has gone (`sse.GONE`) is whether its stream has."""
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +18,7 @@ from uvicorn.protocols.http.auto_zttp_impl import AutoZttpProtocol
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 from uvicorn.protocols.http.zttp_impl import ZttpProtocol
 
-from .sse import ABORT, UNSENT
+from .sse import ABORT, GONE, UNSENT
 
 
 class BackpressuredH2(ZttpH2Protocol):
@@ -35,6 +36,7 @@ class BackpressuredH2(ZttpH2Protocol):
             cycle.send = self._within_window(cycle, cycle.send)
             cycle.scope["state"][ABORT] = cycle.abort_stream
             cycle.scope["state"][UNSENT] = lambda: cycle.stream.pending_bytes or 0
+            cycle.scope["state"][GONE] = lambda: cycle.disconnected
 
     def _within_window(self, cycle, send):
         async def send_within_window(message) -> None:

@@ -40,7 +40,8 @@ def event_stream(service: LiveService, reader: Reader, renderer, stream_id: str,
                  opening: bytes = b""):
     return EventStreamResponse(reader, renderer, service.settings.keepalive_s,
                                [(b"x-request-id", stream_id.encode())],
-                               service.settings.event_padding, opening)
+                               service.settings.event_padding, opening,
+                               listen=service.settings.disconnect_notice == "listen")
 
 
 def answer(service: LiveService, request: GenerationRequest, reader: Reader, renderer,

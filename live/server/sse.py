@@ -60,6 +60,16 @@ UNSENT = "twinstep.unsent"
 to learn how many bytes it has written that its client has not taken yet (over
 HTTP/2, those parked for its stream's window)."""
 
+GONE = "twinstep.gone"
+"""The key, in a request's `scope["state"]`, of what the server gives a response
+to learn whether its client's connection (over HTTP/2, its stream) has gone: a
+response that does not listen for the disconnect sees it only there, after a
+write (uvicorn's `send` to a gone client returns as if it had written)."""
+
+
+class ClientGone(Exception):
+    """A write found the client's connection gone."""
+
 
 class Renderer(Protocol):
     """A wire format's view of one stream."""
@@ -94,11 +104,13 @@ class EventStreamResponse:
     reader is detached once, saying whether its client left (a cut one counts as
     gone). A cut reader's connection is dropped, not closed: a graceful close waits
     to flush what its client does not read. The reader measures its client's
-    progress by the bytes the server still holds for it, where the server says."""
+    progress by the bytes the server still holds for it, where the server says.
+    Unless it `listen`s for the disconnect, the response learns that its client
+    left only when a write finds the connection gone."""
 
     def __init__(self, reader: Reader, renderer: Renderer, keepalive_s: float,
                  headers: list[tuple[bytes, bytes]] = (), padding: int = 0,
-                 opening: bytes = b""):
+                 opening: bytes = b"", listen: bool = True):
         """`opening`: lines the first event's block begins with (e.g. `retry_line`)."""
         self.reader = reader
         self.renderer = renderer
@@ -106,16 +118,21 @@ class EventStreamResponse:
         self.headers = SSE_HEADERS + list(headers)
         self.padding = comment_bytes("p" * padding) if padding else b""
         self.opening = opening
+        self.listen = listen
 
     async def __call__(self, scope, receive, send) -> None:
         left = True
-        self.reader.measure(scope.get("state", {}).get(UNSENT))
+        state = scope.get("state", {})
+        self.reader.measure(state.get(UNSENT))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.headers})
-            writer = asyncio.ensure_future(self._write(send))
-            listener = asyncio.ensure_future(wait_for_disconnect(receive))
             cut = asyncio.ensure_future(self.reader.cut.wait())
-            tasks = (writer, listener, cut)
+            if self.listen:
+                writer = asyncio.ensure_future(self._write(send))
+                tasks = (writer, cut, asyncio.ensure_future(wait_for_disconnect(receive)))
+            else:
+                writer = asyncio.ensure_future(self._write(_failing_when(send, state.get(GONE))))
+                tasks = (writer, cut)
             try:
                 await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -147,3 +164,16 @@ class EventStreamResponse:
             if event.terminal:
                 break
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _failing_when(send, gone):
+    """`send`, raising `ClientGone` once a write finds the connection gone (as a
+    write to a closed socket fails), where the server says how to tell."""
+    if gone is None:
+        return send
+
+    async def send_or_fail(message) -> None:
+        await send(message)
+        if gone():
+            raise ClientGone
+    return send_or_fail

@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from .h2_flow import AutoBackpressuredProtocol
 from .replies import envelope_for, refuse
 from .service import LiveService
-from .sse import ABORT, UNSENT
+from .sse import ABORT, GONE, UNSENT
 from .validation import ErrorKind, RequestError
 
 _OUTQ = getattr(termios, "TIOCOUTQ", None)
@@ -38,7 +38,8 @@ class NoDelay:
     uvicorn hands the app no transport, and a response that gives up on a client
     must drop the connection rather than close it, which waits to flush to it. And
     for the same want of a transport, the bytes it still holds for the client
-    (`UNSENT`), which show a slow client's progress while a write is pending."""
+    (`UNSENT`), which show a slow client's progress while a write is pending, and
+    whether the connection has gone (`GONE`)."""
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
@@ -47,7 +48,8 @@ class NoDelay:
         # each request's scope state is a copy of this, made per connection here
         # (and handed on to the protocol uvicorn's HTTP/2 choice switches to)
         self.app_state = {**self.app_state, ABORT: functools.partial(self._abort, transport),
-                          UNSENT: functools.partial(self._unsent, transport)}
+                          UNSENT: functools.partial(self._unsent, transport),
+                          GONE: transport.is_closing}
         super().connection_made(transport)
 
     @staticmethod

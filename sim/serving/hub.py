@@ -71,7 +71,7 @@ class Hub:
     def __init__(self, env: simpy.Environment, core: Scheduler, policy: BacklogPolicy,
                  overheads: Overheads, wire: WireFormat, wake: Callable[[], None],
                  settled: Callable[[Reader], None], *, resume_grace_s: float = 0.0,
-                 max_tokens_factor: float = 1.0):
+                 max_tokens_factor: float = 1.0, listens: bool = True):
         self.env = env
         self.core = core
         self.policy = policy
@@ -85,6 +85,10 @@ class Hub:
         engine has ended its sequence (or never had it); the hub forgets it then."""
         self.resume_grace_s = resume_grace_s
         self.max_tokens_factor = max_tokens_factor
+        self.listens = listens
+        """Whether the server listens for a client's leave; if not, it learns of
+        it from the next write to the stream (`unheard` until then)."""
+        self.unheard: set[str] = set()
         self.engine_waits = policy.engine_waits
         self.clients: dict[str, Reader] = {}
         """Clients whose request the core accepted, until they are settled."""
@@ -222,6 +226,9 @@ class Hub:
                     continue
             client = clients[event.seq_id]
             connection = client.connection
+            if self.unheard and event.seq_id in self.unheard:
+                self.unheard.discard(event.seq_id)
+                self._disconnected(client)  # the write of this event fails
             if connection.closed:
                 self.events_discarded += 1
                 if not is_token:
@@ -276,6 +283,10 @@ class Hub:
             seq = self.core.sequence(client.request.id)
             if seq is not None:
                 seq.emits_tokens = True  # what it makes now goes to the connection
+        if not self.listens and not client.connection.queue:
+            # a writer blocked on the full connection learns at once, as its write ends
+            self.unheard.add(client.request.id)
+            return
         delay = self.overheads.disconnect_detect_s
         if delay:
             self.env.timeout(delay).callbacks.append(lambda _: self._disconnected(client))
@@ -295,6 +306,7 @@ class Hub:
         seq_id = client.request.id
         self.clients.pop(seq_id, None)
         self.left.discard(seq_id)
+        self.unheard.discard(seq_id)
         self.settled(client)
 
     def _first_steps_of_runs(self):

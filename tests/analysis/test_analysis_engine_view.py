@@ -52,3 +52,14 @@ def test_an_accepted_request_without_a_record_is_named():
                 RequestOutcome("refused", 0.0, 4, 8, refused="503 shutting down")]
     assert add_engine_view(outcomes, [record(1, PREFIX + "a")], PREFIX, STARTED) == ["gone"]
     assert outcomes[1].tokens_generated == 0
+
+
+def test_a_broken_stream_the_server_dropped_as_slow_is_a_drop():
+    # a cut slow reader sees its connection break ("error"); another error stays one
+    outcomes = [RequestOutcome("cut", 0.0, 4, 8, finish_reason="error"),
+                RequestOutcome("failed", 0.0, 4, 8, finish_reason="error")]
+    records = [record(1, PREFIX + "cut", finish_reason="slow_client", completion_tokens=3),
+               record(2, PREFIX + "failed", finish_reason="error", completion_tokens=2)]
+    assert add_engine_view(outcomes, records, PREFIX, STARTED) == []
+    assert [o.finish_reason for o in outcomes] == ["slow_client", "error"]
+    assert [o.tokens_generated for o in outcomes] == [3, 2]

@@ -91,15 +91,24 @@ def test_overlap_measures_every_level_on_both_sides(model_dir, tmp_path):
 def test_disconnect_leaks_nothing_and_counts_the_leavers(model_dir, tmp_path):
     size = DisconnectSize(streams=8, tokens=20, arrivals_s=0.2, leave_after=(2, 4))
     figures = {q.name: q for q in disconnect(bench(model_dir, tmp_path), size).quantities}
-    assert (figures["leavers"].live, figures["leavers"].sim) == (4, 4)
-    assert (figures["streams read to their end"].live, figures["streams read to their end"].sim) == (4, 4)
-    assert (figures["blocks leaked"].live, figures["blocks leaked"].sim) == (0, 0)
-    for side in ("live", "sim"):
-        made_per_read = getattr(figures["leavers: tokens made per token read"], side)
-        assert 1 <= made_per_read <= 20 / 2
-        for how in ("FIN", "RST"):
-            assert getattr(figures[f"close to release p50, {how} (ms)"], side) >= 0
-    assert figures["events dropped after close"].live >= 0
+    for label in ("listening", "write-only"):
+        assert (figures[f"{label}: leavers"].live, figures[f"{label}: leavers"].sim) == (4, 4)
+        read_to_end = figures[f"{label}: streams read to their end"]
+        assert (read_to_end.live, read_to_end.sim) == (4, 4)
+        assert (figures[f"{label}: blocks leaked"].live, figures[f"{label}: blocks leaked"].sim) == (0, 0)
+        for side in ("live", "sim"):
+            made_per_read = getattr(figures[f"{label}: leavers' tokens made per token read"], side)
+            assert 1 <= made_per_read <= 20 / 2
+            for how in ("FIN", "RST"):
+                # every leaver's sequence was released, and after its close
+                assert getattr(figures[f"{label}: close to release p50, {how} (ms)"], side) >= 0
+        assert figures[f"{label}: events dropped after close"].live >= 0
+    # a server that never listens learns from the write of a token made after the
+    # close: each of the 4 leavers costs at least one token made for nobody
+    wasted = figures["write-only: tokens made after their client left"].sim
+    assert wasted >= max(4, figures["listening: tokens made after their client left"].sim)
+    assert figures["listening: disconnect noticed by the server p50 (ms)"].live >= 0
+    assert "write-only: disconnect noticed by the server p50 (ms)" not in figures
 
 
 def test_a_slow_reader_under_unbounded_reads_everything_and_holds_its_slot(model_dir, tmp_path):
@@ -111,11 +120,11 @@ def test_a_slow_reader_under_unbounded_reads_everything_and_holds_its_slot(model
         *(f"unbounded: {what}" for what in (
             "healthy streams finish (s)", "healthy gap p99 (ms)",
             "slow stream's slot and blocks held (s)", "peak events queued for it",
-            "peak bytes queued for it (MB)", "slow_client reaches the reader at (s)",
+            "peak bytes queued for it (MB)", "slow_client ends the reader's stream at (s)",
             "the slow reader's tokens"))]
     tokens = figures["unbounded: the slow reader's tokens"]
     assert (tokens.live, tokens.sim) == (6, 6)
-    told = figures["unbounded: slow_client reaches the reader at (s)"]
+    told = figures["unbounded: slow_client ends the reader's stream at (s)"]
     assert (told.live, told.sim) == (None, None)
     held = figures["unbounded: slow stream's slot and blocks held (s)"]
     assert held.live > 0 and held.sim > 0

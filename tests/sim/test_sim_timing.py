@@ -58,6 +58,23 @@ def test_leaver_after_n_tokens_wastes_the_steps_before_the_cancel_lands(detect_s
     assert result.series.time_s[-1] == 0.5 + 0.25 * after_leave
 
 
+@pytest.mark.parametrize("delivery_s, after_leave", [(0.0, 1), (0.125, 2)])
+def test_a_server_that_only_writes_learns_of_a_leave_from_the_next_token(delivery_s, after_leave):
+    # Steps end every 0.25 s; the client reads token 2 at 0.5 (plus the delivery)
+    # and leaves. Nothing tells the server until token 3, made by the step of
+    # 0.5-0.75, is written: at once, before the next plan, or with a delivery
+    # delay after the step of 0.75-1.0 was planned, which makes token 4 too.
+    base = setup(cost=0.25, delivery_s=delivery_s)
+    result = replay([request("a", new=10, leave_after_tokens=2)],
+                    ReplaySetup(base.config, base.cost, overheads=base.overheads,
+                                disconnect_notice="write"))
+    (o,) = result.outcomes
+    assert (o.left_s, o.tokens_read) == (0.5 + delivery_s, 2)
+    assert (o.tokens_after_leave, o.tokens_generated) == (after_leave, 2 + after_leave)
+    assert o.finish_reason == "cancelled"
+    assert result.series.time_s[-1] == 0.5 + 0.25 * after_leave
+
+
 def test_leaver_after_seconds():
     # Leaves at 0.625, between tokens at 0.5 and 0.75; the step planned at 0.5 ends
     # after it left, and the cancel lands at the plan of 0.75.
