@@ -3,8 +3,8 @@ SDK holds them (the load generator opens a connection per request), and when
 each one's first token and its end arrived."""
 from __future__ import annotations
 
+import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -29,20 +29,33 @@ def over_one_client(url: str, trace: list[TraceRequest], connections: int, http2
     most `connections` connections (HTTP/2 with prior knowledge: one connection,
     a stream each), read as it comes: when its first event, its first token and its
     end arrived. The client accepts gzip, as httpx does by default; it sends
-    `api_key` to a server with keys."""
+    `api_key` to a server with keys.
+
+    The requests are tasks on one event loop, not threads: httpcore's sync HTTP/2
+    connection lets threads drive its one `h2` state machine unlocked, so streams
+    opened at once could go out with their HEADERS out of stream-id order (or twice
+    on one id, or HPACK-encoded out of turn), which a server must refuse with a
+    GOAWAY for the whole connection. On one loop each stream's frames are made and
+    queued in one go."""
+    return asyncio.run(_over_one_client(url, trace, connections, http2, api_key))
+
+
+async def _over_one_client(url: str, trace: list[TraceRequest], connections: int, http2: bool,
+                           api_key: str | None) -> dict[str, Timing]:
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     filler = PromptFiller()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    with httpx.Client(base_url=url, http1=not http2, http2=http2, limits=limits,
-                      trust_env=False, timeout=120.0, headers=headers) as client:
+    async with httpx.AsyncClient(base_url=url, http1=not http2, http2=http2, limits=limits,
+                                 trust_env=False, timeout=120.0, headers=headers) as client:
         start = time.monotonic()
 
-        def send(request: TraceRequest) -> Timing:
-            time.sleep(max(0.0, request.arrival_s - (time.monotonic() - start)))
+        async def send(request: TraceRequest) -> Timing:
+            await asyncio.sleep(max(0.0, request.arrival_s - (time.monotonic() - start)))
             parser, first, first_token = SSEParser(), None, None
-            with client.stream("POST", "/v1/stream", json=request_body(request, filler)) as r:
+            async with client.stream("POST", "/v1/stream",
+                                     json=request_body(request, filler)) as r:
                 r.raise_for_status()
-                for chunk in r.iter_bytes():
+                async for chunk in r.aiter_bytes():
                     for event in parser.feed(chunk):
                         if not isinstance(event, SSEEvent):
                             continue
@@ -52,5 +65,5 @@ def over_one_client(url: str, trace: list[TraceRequest], connections: int, http2
                             first_token = now
             return Timing(first, first_token, time.monotonic() - start)
 
-        with ThreadPoolExecutor(len(trace)) as pool:
-            return dict(zip((r.id for r in trace), pool.map(send, trace)))
+        timings = await asyncio.gather(*(send(r) for r in trace))
+        return dict(zip((r.id for r in trace), timings))
