@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from json.encoder import encode_basestring
 from typing import Protocol
 
 from ..streams.stream import Reader
@@ -37,6 +38,24 @@ def event_bytes(data: str, event: str | None = None, id: str | None = None) -> b
     return ("\n".join(lines) + "\n\n").encode()
 
 
+class TokenTemplate:
+    """A format's token event as the bytes around its text: the event rendered
+    once with a marker for the text, so that each token costs one JSON string
+    encoding and a join, byte for byte what rendering it whole gives (its text
+    is the one part that changes, and a JSON string holds no line end)."""
+
+    MARK = "\u2060twinstep-text\u2060"
+
+    def __init__(self, rendered: bytes):
+        marked = encode_basestring(self.MARK).encode()
+        if rendered.count(marked) != 1:
+            raise ValueError("the marker must appear once in the rendered event")
+        self.before, self.after = rendered.split(marked)
+
+    def __call__(self, text: str) -> bytes:
+        return b"".join((self.before, encode_basestring(text).encode(), self.after))
+
+
 def comment_bytes(text: str) -> bytes:
     """A comment: parsers skip it, proxies and idle timers see traffic."""
     return ("\n".join(f": {line}" for line in _LINE_END.split(text)) + "\n\n").encode()
@@ -50,6 +69,11 @@ def retry_line(ms: int) -> bytes:
     in an event's block: some parsers (httpx-sse) would dispatch an empty event for
     a block with nothing else."""
     return f"retry: {ms}\n".encode()
+
+WRITE_BYTES = 64 * 1024
+"""The most a stream's write gathers of its queued events (it takes at least one):
+within a socket buffer, so that a slow reader's queue stays in the server, where
+the backlog policy sees it."""
 
 ABORT = "twinstep.abort"
 """The key, in a request's `scope["state"]`, of what the server gives a response
@@ -147,21 +171,34 @@ class EventStreamResponse:
             self.reader.detach(left=left)
 
     async def _write(self, send) -> None:
-        reader, render = self.reader, self.renderer.render
-        opening = self.opening
+        """Each write carries every event already queued, up to `WRITE_BYTES`: one
+        write a step for a reader that keeps up, fewer and larger for one that lags,
+        and each write's cost is shared by its events."""
+        reader, render, padding = self.reader, self.renderer.render, self.padding
+        parts = [self.opening] if self.opening else []
         while True:
-            event = await reader.next(self.keepalive_s)
-            if event is None:
+            if await reader.next(self.keepalive_s) is None:
                 await send({"type": "http.response.body", "body": self.renderer.keepalive,
                             "more_body": True})
                 continue
-            body = render(event)
-            if body:
-                await send({"type": "http.response.body", "body": opening + body + self.padding,
+            taken, size, last = 0, 0, None
+            for last in reader.ready():
+                taken += 1
+                body = render(last)
+                if body:
+                    parts.append(body)
+                    size += len(body)
+                    if padding:
+                        parts.append(padding)
+                        size += len(padding)
+                if last.terminal or size >= WRITE_BYTES:
+                    break
+            if size:
+                await send({"type": "http.response.body", "body": b"".join(parts),
                             "more_body": True})
-                opening = b""
-            reader.ack()
-            if event.terminal:
+                parts = []
+            reader.ack(taken)
+            if last.terminal:
                 break
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -12,7 +12,7 @@ from scheduler import FinishReason
 from scheduler.settings import ServeSettings
 
 from ..streams.events import COMPLETED, Done, HubEvent, Start, Token
-from .sse import event_bytes
+from .sse import TokenTemplate, event_bytes
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, abort_error,
                          boolean, field, integer, invalid, sampling, text_content)
 
@@ -82,10 +82,11 @@ class MessageRenderer:
         self.message_id = message_id
         self.model = model
         self.stops = stops
+        self._token = TokenTemplate(self._delta(TokenTemplate.MARK))
 
     def render(self, event: HubEvent) -> bytes:
-        if isinstance(event, Token):
-            return self._delta(event.text)
+        if type(event) is Token:
+            return self._token(event.text)
         if isinstance(event, Start):
             message = {"id": self.message_id, "type": "message", "role": "assistant",
                        "content": [], "model": self.model, "stop_reason": None,

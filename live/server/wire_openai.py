@@ -15,7 +15,7 @@ from scheduler import FinishReason
 from scheduler.settings import ServeSettings
 
 from ..streams.events import COMPLETED, Done, HubEvent, Start, Token
-from .sse import KEEPALIVE, event_bytes
+from .sse import KEEPALIVE, TokenTemplate, event_bytes
 from .validation import (ErrorKind, GenerationRequest, RequestError, ServedModel, abort_error,
                          boolean, field, integer, invalid, obj, sampling, text_content)
 
@@ -149,11 +149,13 @@ class ChunkRenderer:
         self.continuous = request.continuous_usage
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        # with continuous usage each token's chunk counts the tokens so far
+        self._token = None if self.continuous else TokenTemplate(self._chunk(TokenTemplate.MARK))
 
     def render(self, event: HubEvent) -> bytes:
-        if isinstance(event, Token):
+        if type(event) is Token:
             self.completion_tokens += 1
-            return self._chunk(event.text)
+            return self._chunk(event.text) if self._token is None else self._token(event.text)
         if isinstance(event, Start):
             self.prompt_tokens = event.prompt_tokens
             return self._chunk("", role=True) if self.chat else b""

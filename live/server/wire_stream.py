@@ -16,6 +16,7 @@ string's unfinished prefix, an incomplete character)."""
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring
 
 from scheduler.settings import ServeSettings
 
@@ -83,10 +84,12 @@ class StreamRenderer:
         self.stream_id = stream_id
 
     def render(self, event: HubEvent) -> bytes:
+        if type(event) is Token:
+            # what event_bytes makes of the token's JSON, without its line splitting
+            return (f"id: {self.stream_id}:{event.seq}\nevent: token\ndata: {{\"index\":"
+                    f"{event.index},\"token_id\":{event.token_id},\"text\":"
+                    f"{encode_basestring(event.text)}}}\n\n").encode()
         eid = f"{self.stream_id}:{event.seq}"
-        if isinstance(event, Token):
-            return event_bytes(_json({"index": event.index, "token_id": event.token_id,
-                                      "text": event.text}), "token", eid)
         if isinstance(event, Start):
             return event_bytes(_json({"id": self.stream_id, "prompt_tokens": event.prompt_tokens}),
                                "start", eid)

@@ -13,12 +13,16 @@ shutdown, the engine stopping for good — goes through one idempotent `_end`, a
 that raises ends its stream with an error, never the other streams' events.
 
 Only the asyncio thread touches streams; the step thread calls `before_step`,
-`deliver` and `after_step`, which hand over through `call_soon_threadsafe`."""
+`deliver` and `after_step`, which hand over through a queue that the loop drains
+at one wake however many steps wait in it: a loop that lags behind fast steps
+applies the backlog policy once per stream for all of them."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+from collections import deque
 
 from scheduler import CoreSnapshot, Event, FinishEvent, FinishReason, TokenEvent
 
@@ -56,6 +60,11 @@ class Hub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drained: asyncio.Event | None = None
         self._watchdog: asyncio.Task | None = None
+        self._handed: deque[tuple[StepOutput, float, float] | CoreView] = deque()
+        """Step outputs and core views from the step thread, for the loop."""
+        self._handing = threading.Lock()
+        self._woken = False
+        """A wake of the loop for `_handed` is on its way."""
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Attach to the running loop; start watching stalls if the policy drops."""
@@ -75,13 +84,23 @@ class Hub:
     def deliver(self, output: StepOutput) -> None:
         arrived = time.time()
         self.backlog.in_flight(1)
-        self._loop.call_soon_threadsafe(self._dispatch, output, self._step_started, arrived)
+        self._hand((output, self._step_started, arrived))
 
     def after_step(self) -> None:
         # Taken between steps by the stepping thread (the one consistent view), and
         # handed to the loop behind the step's output: /stats never shows the core
         # idle while the last tokens are still on their way to the streams.
-        self._loop.call_soon_threadsafe(self._take_view, CoreView.of(self.engine.core))
+        self._hand(CoreView.of(self.engine.core))
+
+    def _hand(self, item: tuple[StepOutput, float, float] | CoreView) -> None:
+        """Queue `item` for the loop, and wake the loop unless a wake is on its way:
+        a loop that lags takes every step waiting at once (`_take_handed`)."""
+        self._handed.append(item)
+        with self._handing:
+            if self._woken:
+                return
+            self._woken = True
+        self._loop.call_soon_threadsafe(self._take_handed)
 
     def halt(self, reason: BaseException) -> None:
         """The step loop has stopped for good (from its thread)."""
@@ -101,9 +120,6 @@ class Hub:
                 self._isolated(stream, self._end, stream, FinishReason.ERROR,
                                stream.completion_tokens, "", time.time())
         self._check_drained()
-
-    def _take_view(self, view: CoreView) -> None:
-        self._between_steps = view
 
     @property
     def snapshot(self) -> CoreSnapshot:
@@ -195,27 +211,39 @@ class Hub:
 
     # -- a step's output --------------------------------------------------------
 
-    def _dispatch(self, output: StepOutput, step_started: float, arrived: float) -> None:
-        try:
-            self._take(output, step_started, arrived)
-        finally:
-            self.backlog.in_flight(-1)  # whatever happened, never leave the step loop waiting
+    def _take_handed(self) -> None:
+        """Everything the step thread handed on since the last wake, in order; then
+        the backlog policy, once for each stream the steps touched."""
+        with self._handing:
+            self._woken = False
+        touched: dict[str, Stream] = {}
+        handed = self._handed
+        while handed:
+            item = handed.popleft()
+            if type(item) is CoreView:
+                self._between_steps = item
+                continue
+            try:
+                self._take(*item, touched)
+            finally:
+                self.backlog.in_flight(-1)  # whatever happened, never leave the step loop waiting
+        now = time.monotonic()
+        for stream in touched.values():
+            self._isolated(stream, self.backlog.apply, stream, now)
         self._check_drained()
 
-    def _take(self, output: StepOutput, step_started: float, arrived: float) -> None:
+    def _take(self, output: StepOutput, step_started: float, arrived: float,
+              touched: dict[str, Stream]) -> None:
         for seq_id in output.admitted:
             stream = self._streams.running(seq_id)
             if stream is not None:
                 stream.admitted = step_started
-        touched: dict[str, Stream] = {}
+        now = time.monotonic()
         for e in output.events:
             stream = self._streams.running(e.seq_id)
-            self._isolated(stream, self._event, e, stream, output, arrived)
+            self._isolated(stream, self._event, e, stream, output, arrived, now)
             if stream is not None:
                 touched[stream.seq_id] = stream
-        now = time.monotonic()
-        for stream in touched.values():
-            self._isolated(stream, self.backlog.apply, stream, now)
 
     def _isolated(self, stream: Stream | None, handle, *args) -> None:
         """`handle(*args)` for one stream: if it raises, that stream alone ends with
@@ -232,8 +260,9 @@ class Hub:
             except Exception:
                 log.exception("ending stream %s raised", stream.id)
 
-    def _event(self, e: Event, stream: Stream | None, output: StepOutput, arrived: float) -> None:
-        if isinstance(e, TokenEvent):
+    def _event(self, e: Event, stream: Stream | None, output: StepOutput, arrived: float,
+               now: float) -> None:
+        if type(e) is TokenEvent:
             # made after its client left: its step ended after the leave (a step
             # that ended before, handed on while the leave was seen, made it for
             # a client still there)
@@ -243,7 +272,7 @@ class Hub:
             if stream is None or stream.ended:
                 self.dropped_events += 1
                 return
-            self._token(stream, e, output.deltas[e.seq_id], arrived)
+            self._token(stream, e, output.deltas[e.seq_id], arrived, now)
             return
         self._finished(stream, e, arrived)
         if stream is None or stream.ended:
@@ -251,7 +280,8 @@ class Hub:
             return
         self._end(stream, e.reason, e.num_generated, output.held[e.seq_id], arrived)
 
-    def _token(self, stream: Stream, e: TokenEvent, text: str, arrived: float) -> None:
+    def _token(self, stream: Stream, e: TokenEvent, text: str, arrived: float,
+               now: float) -> None:
         if e.index == 0:
             stream.first_token = arrived
             self.metrics.first_token(arrived - stream.arrival, stream.admitted - stream.arrival)
@@ -259,7 +289,7 @@ class Hub:
             self.metrics.token_gap(arrived - stream.last_token)
         stream.last_token = arrived
         stream.completion_tokens += 1
-        stream.append(Token(stream.next_seq, e.index, e.token_id, text))
+        stream.append(Token(stream.next_seq, e.index, e.token_id, text), now)
 
     def _finished(self, stream: Stream | None, e: FinishEvent, arrived: float) -> None:
         """The engine has finished it: its count is final only now."""

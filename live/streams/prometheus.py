@@ -9,6 +9,7 @@ from scheduler import CoreSnapshot, FinishReason, KeyHolding
 from traces.slo import Slo
 
 from .events import COMPLETED
+from .loop_histogram import LoopHistogram
 
 # from a fast local step (1 ms) to a long queue (a minute)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -28,9 +29,9 @@ class ServerMetrics:
         self.ttft = Histogram("twinstep_time_to_first_token_seconds",
                               "From arrival to the first token reaching the hub",
                               buckets=LATENCY_BUCKETS, registry=r)
-        self.inter_token = Histogram("twinstep_inter_token_seconds",
-                                     "Between consecutive tokens of a stream",
-                                     buckets=LATENCY_BUCKETS, registry=r)
+        self.inter_token = LoopHistogram("twinstep_inter_token_seconds",
+                                         "Between consecutive tokens of a stream",
+                                         LATENCY_BUCKETS, r)
         self.queue_time = Histogram("twinstep_queue_time_seconds",
                                     "From arrival to the start of the step that admitted it",
                                     buckets=LATENCY_BUCKETS, registry=r)

@@ -77,8 +77,9 @@ class Stream:
         self.counted = 0
         """Unwritten events this stream holds in the naive gate's count."""
 
-    def append(self, event: HubEvent) -> None:
-        self.log.append((event, time.monotonic(), self.bytes_total))
+    def append(self, event: HubEvent, now: float | None = None) -> None:
+        """`now`: the monotonic time it is queued, if the caller has it."""
+        self.log.append((event, time.monotonic() if now is None else now, self.bytes_total))
         self.bytes_total += wire_size(event)
         self.next_seq += 1
         for reader in self.readers:
@@ -163,7 +164,8 @@ class Stream:
 
 class Reader:
     """One client following a stream: `next` gives the event at its cursor (waiting
-    for it), `ack` moves on once it is written, `detach` ends the reading.
+    for it), `ready` those after it already here, `ack` moves on once they are
+    written, `detach` ends the reading.
 
     `on_ack(stream)` and `on_detach(reader, left)` tell whoever keeps the stream."""
 
@@ -201,8 +203,16 @@ class Reader:
                 return None
         return event
 
-    def ack(self) -> None:
-        self.cursor += 1
+    def ready(self):
+        """The events from the cursor on that are here now, in order, without
+        waiting or moving the cursor: what one write may carry."""
+        log, first = self.stream.log, self.cursor - self.stream.base_seq
+        for i in range(max(first, 0), len(log)):
+            yield log[i][0]
+
+    def ack(self, events: int = 1) -> None:
+        """`events` from the cursor on are written."""
+        self.cursor += events
         self.last_read = self.last_moved = time.monotonic()
         self._on_ack(self.stream)
 

@@ -1,6 +1,8 @@
+import random
+
 import pytest
 
-from live.engine.detokenizer import TextStream
+from live.engine.detokenizer import TextStream, decoder_of
 
 TEXT = "Grüße aus Köln: 日本語のテキスト, emoji 🙂🚀 and naïve café — done."
 
@@ -50,3 +52,26 @@ def test_stop_on_a_multibyte_string(tok):
     ids = tok.encode("abc 🙂 def", add_special_tokens=False)
     text, deltas = stream_deltas(tok, ids, stop=("🙂",))
     assert text.stopped and "".join(deltas) == "abc "
+
+
+def test_the_fast_decoder_decodes_as_the_tokenizer_does(tok):
+    # the Rust tokenizer's decode, called at once, against transformers' around it
+    decode = decoder_of(tok)
+    assert decode.func == tok.backend_tokenizer.decode
+    special = sorted(tok.all_special_ids)
+    rng = random.Random(3)
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    for _ in range(200):
+        chosen = [rng.choice(ids + special) for _ in range(rng.randint(1, 12))]
+        chosen += [rng.randrange(len(tok)) for _ in range(rng.randint(0, 4))]
+        assert decode(chosen) == tok.decode(chosen, skip_special_tokens=True)
+
+
+def test_a_tokenizer_that_cleans_up_spaces_keeps_its_own_decode(tok):
+    class CleaningUp:
+        backend_tokenizer = tok.backend_tokenizer
+        clean_up_tokenization_spaces = True
+
+        def decode(self, ids, skip_special_tokens):
+            return f"cleaned {ids} {skip_special_tokens}"
+    assert decoder_of(CleaningUp())([1, 2]) == "cleaned [1, 2] True"

@@ -28,6 +28,8 @@ def test_a_leave_is_noticed_by_listening_or_by_the_next_write(notice, leave):
         stream.read_events(4)  # start and three tokens
         runner.hold_and_wait()
         made = runner.steps  # one token a step, the prefill's included
+        # every token made is written before the client goes: no write is pending
+        wait_for(lambda: stats(url)["queued_events"] == 0, what="the writes of the tokens made")
         getattr(stream, leave)()
         if notice == "listen":
             wait_for(lambda: stats(url)["readers"] == 0, what="the server to notice")

@@ -121,6 +121,8 @@ def test_clients_resetting_while_their_prompt_is_prefilled(chunked):
         runner.allow(1)  # this step plans their prefill (or first chunk), and is held
         for leaver in leavers.values():
             leaver.reset()
+        # their cancels are in the inbox before the held step ends
+        wait_for(lambda: stats(url)["readers"] == 1, what="the server to notice the resets")
         runner.release()
         answers = read_all(steady)
         # in chunks of 8, the step's budget admits one of them; the others never are

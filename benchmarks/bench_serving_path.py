@@ -1,0 +1,114 @@
+"""What the serving path delivers when the engine is never the limit: the stand-in
+model (benchmarks/instant_model.py) answers each step after 1 ms whatever the
+batch, and a load client in its own process (benchmarks/stream_reader.py) reads
+every stream as fast as it comes. For each row: delivered tokens/s (every token
+of every stream, from the first request sent to the last stream's end), against
+what the engine could make at that batch, and the server's CPU per token split
+between the event loop's thread (HTTP, SSE, the hub) and the rest (the step
+thread). Then the client's TTFT at idle against the engine's first token.
+
+    .venv/bin/python benchmarks/bench_serving_path.py [--quick] [--rows own-h1-256 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_server import first_tokens, table
+from server_process import ROOT, Server, serving
+
+STEP_S = 0.001
+ROWS = {  # name: (format, HTTP/2, streams, tokens a stream)
+    "own-h1-32": ("own", False, 32, 500),
+    "own-h1-256": ("own", False, 256, 200),
+    "own-h1-1024": ("own", False, 1024, 100),
+    "chat-h1-256": ("chat", False, 256, 200),
+    "anthropic-h1-256": ("anthropic", False, 256, 200),
+    "own-h2-256": ("own", True, 256, 200),
+    "own-h2-1024": ("own", True, 1024, 100),
+}
+QUICK = {"own-h1-32": ("own", False, 32, 50), "own-h2-32": ("own", True, 32, 50)}
+
+
+def thread_cpu(server: Server) -> tuple[float, float]:
+    """(event loop thread, every other thread) CPU seconds so far."""
+    loop = rest = 0.0
+    for t in server.process.threads():
+        if t.id == server.process.pid:
+            loop += t.user_time + t.system_time
+        else:
+            rest += t.user_time + t.system_time
+    return loop, rest
+
+
+def read(server: Server, fmt: str, http2: bool, streams: int, tokens: int) -> dict:
+    command = [sys.executable, str(ROOT / "benchmarks" / "stream_reader.py"),
+               "--port", str(server.port), "--format", fmt, "--streams", str(streams),
+               "--tokens", str(tokens)] + (["--http2"] if http2 else [])
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=600)
+    return json.loads(done.stdout)
+
+
+def measure(server: Server, fmt: str, http2: bool, streams: int, tokens: int) -> list:
+    read(server, fmt, http2, min(streams, 32), 8)  # warm: connections, first renders
+    loop0, rest0 = thread_cpu(server)
+    seen = read(server, fmt, http2, streams, tokens)
+    loop1, rest1 = thread_cpu(server)
+    if seen["complete"] != streams:
+        raise RuntimeError(f"{streams - seen['complete']} of {streams} streams did not end")
+    made = streams * tokens
+    wall = max(seen["ended"]) - seen["sent"]
+    per = 1e6 / made
+    could = streams / STEP_S
+    return [f"{fmt}, {'HTTP/2' if http2 else 'HTTP/1.1'}", streams, tokens,
+            round(made / wall), round(could), f"{(loop1 - loop0) * per:.1f}",
+            f"{(rest1 - rest0) * per:.1f}", f"{seen['bytes'] / made:.0f}"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small counts, to try the script")
+    parser.add_argument("--rows", nargs="+", choices=sorted(ROWS), help="only these rows")
+    parser.add_argument("--ttft-requests", type=int, default=50)
+    args = parser.parse_args()
+    rows = QUICK if args.quick else {k: v for k, v in ROWS.items()
+                                     if not args.rows or k in args.rows}
+    print(f"{platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}; "
+          f"stand-in model, {STEP_S * 1e3:.0f} ms steps")
+    most = max(streams for _, _, streams, _ in rows.values())
+    results, ttft = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for http2 in (False, True):
+            chosen = [v for v in rows.values() if v[1] == http2]
+            if not chosen:
+                continue
+            command = ["benchmarks/instant_model.py", "--streams", str(most), "--step-s",
+                       str(STEP_S), "--per-sequence-s", "0"] + (["--http2"] if http2 else [])
+            with serving(command, Path(tmp) / f"instant-{http2}.log") as server:
+                for fmt, h2, streams, tokens in chosen:
+                    results.append(measure(server, fmt, h2, streams, tokens))
+                    print(" | ".join(map(str, results[-1])), flush=True)
+                if not http2:
+                    seen = asyncio.run(first_tokens(server, args.ttft_requests, "raw h1"))
+                    ttft = [statistics.median(column) * 1e3 for column in zip(*seen)]
+    print()
+    print(table(["format", "streams", "tokens each", "delivered tokens/s",
+                 "the engine could make", "event loop µs/token", "step thread and rest µs/token",
+                 "bytes/token"], results))
+    if ttft:
+        print(f"\nTTFT at idle, p50 of {args.ttft_requests}, own format, raw HTTP/1.1: the "
+              f"client sees {ttft[0]:.2f} ms, the engine made it after {ttft[1]:.2f} ms: "
+              f"{ttft[0] - ttft[1]:.2f} ms of HTTP and streaming (request in "
+              f"{ttft[2]:.2f} ms, first token out {ttft[3]:.2f} ms)")
+
+
+if __name__ == "__main__":
+    main()
