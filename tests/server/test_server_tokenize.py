@@ -1,6 +1,7 @@
-"""A prompt is tokenized off the event loop, so every other stream keeps being
-written meanwhile; and a prompt with more characters than the context could hold
-is refused before the tokenizer sees it."""
+"""A long prompt (a body over `INLINE_BODY_BYTES`) is tokenized off the event loop,
+so every other stream keeps being written meanwhile, and a short one on it, where
+it costs less than the hop to a worker thread; and a prompt with more characters
+than the context could hold is refused before the tokenizer sees it."""
 import json
 import threading
 
@@ -24,9 +25,12 @@ class GatedTokenizer(ToyTokenizer):
         self.proceed = threading.Event()
         self.let_go_in_time: bool | None = None
         self.lengths: list[int] = []
+        self.threads: dict[int, str] = {}
+        """The thread each length of prompt was tokenized on."""
 
     def encode(self, text: str) -> list[int]:
         self.lengths.append(len(text))
+        self.threads[len(text)] = threading.current_thread().name
         if len(text) >= GATED_CHARS:
             self.entered.set()
             # set only by the test, after another stream's events reached it
@@ -67,6 +71,9 @@ def test_a_stream_keeps_its_events_coming_while_a_long_prompt_is_tokenized():
         assert tokenizer.let_go_in_time is True
         assert answers[0].status_code == 422
         assert openai_error(answers[0].json())["code"] == "context_length_exceeded"
+        # the short prompt on the loop's thread (the server's), the long one elsewhere
+        loop_thread = tokenizer.threads[len("others")]
+        assert loop_thread.startswith("uvicorn-") and tokenizer.threads[2000] != loop_thread
         runner.release()
         assert json.loads(other.read_to_end()[-1].data)["finish_reason"] == "length"
         other.close()
