@@ -7,7 +7,7 @@ what the engine could make at that batch, and the server's CPU per token split
 between the event loop's thread (HTTP, SSE, the hub) and the rest (the step
 thread). Then the client's TTFT at idle against the engine's first token.
 
-    .venv/bin/python benchmarks/bench_serving_path.py [--quick] [--rows own-h1-256 ...]
+    .venv/bin/python benchmarks/bench_serving_path.py [--quick] [--rows own-h1-256 ...] [--tokenizer DIR]
 """
 from __future__ import annotations
 
@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small counts, to try the script")
     parser.add_argument("--rows", nargs="+", choices=sorted(ROWS), help="only these rows")
     parser.add_argument("--ttft-requests", type=int, default=50)
+    parser.add_argument("--tokenizer", help="the stand-in model's tokenizer directory "
+                                            "(default: the embedded SmolLM2's)")
     args = parser.parse_args()
     rows = QUICK if args.quick else {k: v for k, v in ROWS.items()
                                      if not args.rows or k in args.rows}
@@ -92,6 +94,8 @@ def main() -> None:
                 continue
             command = ["benchmarks/instant_model.py", "--streams", str(most), "--step-s",
                        str(STEP_S), "--per-sequence-s", "0"] + (["--http2"] if http2 else [])
+            if args.tokenizer:
+                command += ["--tokenizer", args.tokenizer]
             with serving(command, Path(tmp) / f"instant-{http2}.log") as server:
                 for fmt, h2, streams, tokens in chosen:
                     results.append(measure(server, fmt, h2, streams, tokens))

@@ -3,7 +3,9 @@
 # network needed): the fast-path tests (Triton attention against the reference,
 # CUDA-graph decode against the CPU runner, the pool after cancels and pauses),
 # attention alone (the decode kernel's tilings, padded prefill), then the engine
-# benchmark. Everything lands in $OUT; markdown tables are printed last.
+# benchmark, then the serving path with a stand-in model (what the HTTP side
+# delivers on this machine's CPUs when the engine is never the limit). Everything
+# lands in $OUT; markdown tables are printed last.
 #
 #   OUT=/some/dir bash benchmarks/gpu_check.sh            # on the GPU
 #   DEVICE=cpu TEST_TIMEOUT_S=480 bash benchmarks/gpu_check.sh   # dry run on a CPU
@@ -17,13 +19,15 @@ OUT=${OUT:-out/gpu-check}
 PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 GPU_WHEELS=${GPU_WHEELS:-out/gpu-wheels}
-# The caps add up to 7.5 min (8 with pytest's grace after SIGINT): a 15-minute device
-# session then holds the machine's start, this run and time to rerun a part of it.
+# The caps add up to 8.75 min (9.25 with pytest's grace after SIGINT): a 15-minute
+# device session then holds the machine's start, this run and time to rerun a part.
 TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-150}
 PER_TEST_TIMEOUT_S=${PER_TEST_TIMEOUT_S:-90}
 ATTENTION_TIMEOUT_S=${ATTENTION_TIMEOUT_S:-120}
 BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-180}
 BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-120}
+SERVING_TIMEOUT_S=${SERVING_TIMEOUT_S:-75}
+GPU_TOKENIZER=${GPU_TOKENIZER:-out/gpu-tokenizer}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -67,6 +71,12 @@ timeout "$BENCH_TIMEOUT_S" "$PYTHON" benchmarks/bench_gpu.py "${bench_args[@]}" 
 bench_rc=$?
 grep -E "^[0-9-]+ [0-9:,]+ \{" "$OUT/bench.log" | cut -c 1-200 | tail -n 40
 
+serving_args=(--rows own-h1-256 own-h2-256 --ttft-requests 20)
+[ -d "$GPU_TOKENIZER" ] && serving_args+=(--tokenizer "$PWD/$GPU_TOKENIZER")
+(cd benchmarks && timeout "$SERVING_TIMEOUT_S" "$PYTHON" bench_serving_path.py "${serving_args[@]}") \
+  > "$OUT/serving.log" 2>&1
+serving_rc=$?
+
 echo
 echo "tests: exit $tests_rc, $(tail -n 1 "$OUT/tests.log")"
 echo "attention: exit $attention_rc"
@@ -74,3 +84,6 @@ grep "^|" "$OUT/attention.log"
 echo "bench: exit $bench_rc$([ "$bench_rc" = 124 ] && echo ", stopped at ${BENCH_TIMEOUT_S}s with its figures so far")"
 echo
 "$PYTHON" benchmarks/bench_gpu.py --out "$OUT" --table 2>&1
+echo
+echo "serving path: exit $serving_rc"
+grep -E "^\||^TTFT" "$OUT/serving.log"

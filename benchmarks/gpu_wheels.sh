@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-NEEDED=(starlette uvicorn zttp httpx simpy prometheus-client numpy scipy matplotlib tqdm pytest)
+NEEDED=(starlette uvicorn zttp httpx simpy prometheus-client numpy scipy matplotlib tqdm pytest h2 psutil)
 
 fill() {
   local version=3.12 skip=scipy dir=out/gpu-wheels

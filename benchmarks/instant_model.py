@@ -4,7 +4,7 @@ sequence at once, after a pause that grows with the batch (so that the events a
 second stay within what one event loop writes, however many streams are open).
 The tokenizer is the embedded SmolLM2's, so text and detokenizing are real.
 
-    .venv/bin/python benchmarks/instant_model.py --port P [--streams N] [--http2]
+    .venv/bin/python benchmarks/instant_model.py --port P [--streams N] [--http2] [--tokenizer DIR]
 """
 from __future__ import annotations
 
@@ -52,8 +52,9 @@ class InstantRunner:
         pass
 
 
-def build_app(streams: int, step_s: float, per_sequence_s: float, settings: ServeSettings):
-    tokenizer = AutoTokenizer.from_pretrained(gguf_cache(embedded_gguf()))
+def build_app(streams: int, step_s: float, per_sequence_s: float, settings: ServeSettings,
+              tokenizer_dir: str | None = None):
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or gguf_cache(embedded_gguf()))
     runner = InstantRunner(tokenizer.encode(TEXT), len(tokenizer), step_s, per_sequence_s)
     config = SchedulerConfig(num_blocks=streams * (CONTEXT // BLOCK_SIZE), block_size=BLOCK_SIZE,
                              max_batch=streams, max_waiting=streams, max_model_len=CONTEXT)
@@ -69,11 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-sequence-s", type=float, default=100e-6,
                    help="step time per sequence in the batch, when that is longer")
     p.add_argument("--http2", action="store_true")
+    p.add_argument("--tokenizer", help="a tokenizer's directory (default: the embedded SmolLM2's)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     settings = ServeSettings(port=args.port, http2=args.http2, max_batch=args.streams,
                              max_waiting=args.streams)
-    app = build_app(args.streams, args.step_s, args.per_sequence_s, settings)
+    app = build_app(args.streams, args.step_s, args.per_sequence_s, settings, args.tokenizer)
     LiveServer(app, "127.0.0.1", args.port, log_level="warning").run()
     return 0
 

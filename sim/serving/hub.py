@@ -227,8 +227,12 @@ class Hub:
             client = clients[event.seq_id]
             connection = client.connection
             if self.unheard and event.seq_id in self.unheard:
+                # the write of this event fails: the server learns the client left
                 self.unheard.discard(event.seq_id)
-                self._disconnected(client)  # the write of this event fails
+                self._disconnected(client)
+                if not is_token:
+                    self._ended(client)
+                continue
             if connection.closed:
                 self.events_discarded += 1
                 if not is_token:

@@ -73,6 +73,9 @@ def test_a_server_that_only_writes_learns_of_a_leave_from_the_next_token(deliver
     assert (o.tokens_after_leave, o.tokens_generated) == (after_leave, 2 + after_leave)
     assert o.finish_reason == "cancelled"
     assert result.series.time_s[-1] == 0.5 + 0.25 * after_leave
+    # token 3 went into the failed write; what came after it (token 4, the final
+    # event of the cancel) is dropped
+    assert result.events_discarded == after_leave
 
 
 def test_leaver_after_seconds():
