@@ -3,9 +3,9 @@ model (benchmarks/instant_model.py) answers each step after 1 ms whatever the
 batch, and a load client in its own process (benchmarks/stream_reader.py) reads
 every stream as fast as it comes. For each row: delivered tokens/s (every token
 of every stream, from the first request sent to the last stream's end), against
-what the engine could make at that batch, and the server's CPU per token split
+what the engine could make at that batch, the server's CPU per token split
 between the event loop's thread (HTTP, SSE, the hub) and the rest (the step
-thread). Then the client's TTFT at idle against the engine's first token.
+thread), and the client's, which shares the machine's cores. Then the client's TTFT at idle against the engine's first token.
 
     .venv/bin/python benchmarks/bench_serving_path.py [--quick] [--rows own-h1-256 ...] [--tokenizer DIR]
 """
@@ -70,7 +70,8 @@ def measure(server: Server, fmt: str, http2: bool, streams: int, tokens: int) ->
     could = streams / STEP_S
     return [f"{fmt}, {'HTTP/2' if http2 else 'HTTP/1.1'}", streams, tokens,
             round(made / wall), round(could), f"{(loop1 - loop0) * per:.1f}",
-            f"{(rest1 - rest0) * per:.1f}", f"{seen['bytes'] / made:.0f}"]
+            f"{(rest1 - rest0) * per:.1f}", f"{seen['cpu_s'] * per:.1f}",
+            f"{seen['bytes'] / made:.0f}"]
 
 
 def main() -> None:
@@ -106,7 +107,7 @@ def main() -> None:
     print()
     print(table(["format", "streams", "tokens each", "delivered tokens/s",
                  "the engine could make", "event loop µs/token", "step thread and rest µs/token",
-                 "bytes/token"], results))
+                 "client µs/token", "bytes/token"], results))
     if ttft:
         print(f"\nTTFT at idle, p50 of {args.ttft_requests}, own format, raw HTTP/1.1: the "
               f"client sees {ttft[0]:.2f} ms, the engine made it after {ttft[1]:.2f} ms: "

@@ -3,7 +3,7 @@ they come, in a process of their own, over plain sockets (HTTP/1.1, a connection
 a stream) or HTTP/2 connections of 100 streams each (the `h2` library). It counts
 bytes and checks each stream's terminator, parsing nothing else, and prints one
 JSON line: when the first request went out, when each stream's first byte of
-body and its end came, and the bytes read.
+body and its end came, the bytes read and the CPU time the client took.
 
     .venv/bin/python benchmarks/stream_reader.py --port P --format own --streams 256 --tokens 200 [--http2]
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import selectors
 import socket
 import sys
@@ -168,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--http2", action="store_true")
     args = p.parse_args(argv)
     read = read_http2 if args.http2 else read_http1
-    print(json.dumps(read(args.port, args.format, args.streams, args.tokens)))
+    seen = read(args.port, args.format, args.streams, args.tokens)
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({**seen, "cpu_s": used.ru_utime + used.ru_stime}))
     return 0
 
 
