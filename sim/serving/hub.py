@@ -10,61 +10,20 @@ the drop frees the engine, not the reader."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Protocol
+from typing import Callable
 
 import simpy
 
 from scheduler import (BacklogPolicy, Decision, Event, FinishEvent, FinishReason, Request,
                        Scheduler, Sequence, TokenEvent)
-from traces.outcome import RequestOutcome
 from traces.record import TraceRequest
 
 from ..overheads import Overheads
 from ..wire import WireFormat
 from .connection import Connection
+from .reader import Reader
 from .step_times import StepTimes
 from .watchdog import Watchdog
-
-
-class Reader(Protocol):
-    """The client at the other end of a stream, as the hub sees it. An instant
-    reader's tokens are taken here as they are delivered (see `SimClient`)."""
-
-    request: TraceRequest
-    outcome: RequestOutcome
-    """Filled by the hub with what only the server sees."""
-    connection: Connection | None
-    """Set by the hub when the request is accepted."""
-    done: bool
-    """Reads nothing more."""
-    ended: bool
-    """The stream's final event from the engine was delivered."""
-    instant: bool
-    runs: list[tuple[int, int]]
-    next_run: int
-    leaves_after_index: int
-
-    def notify(self) -> None:
-        """The hub has put events in the connection."""
-
-    def leave(self) -> None:
-        """Leave now: an instant reader at the token it leaves after."""
-
-    def read_final(self, now: float) -> None:
-        """An instant reader takes the stream's final event."""
-
-    def cut(self) -> None:
-        """The server dropped the connection: read nothing more."""
-
-    def new_run(self, index: int, step: int) -> None:
-        """An instant reader's token `index` came with `step`: a run of one token a
-        step begins."""
-
-    def preempted(self, tokens: int) -> None:
-        """An instant reader's sequence lost its blocks after making `tokens`."""
-
-    def took_early(self, index: int, at: float) -> None:
-        """An instant reader took token `index` at `at`, before its step's delivery."""
 
 
 class Hub:
