@@ -70,6 +70,7 @@ def retry_line(ms: int) -> bytes:
     a block with nothing else."""
     return f"retry: {ms}\n".encode()
 
+
 WRITE_BYTES = 64 * 1024
 """The most a stream's write gathers of its queued events (it takes at least one):
 within a socket buffer, so that a slow reader's queue stays in the server, where
