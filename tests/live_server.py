@@ -156,14 +156,19 @@ class HeldRunner:
         if not self.blocked.wait(timeout):
             raise AssertionError("no step came to be held")
 
-    def allow(self, steps: int = 1) -> None:
-        """Let `steps` more steps run, then hold again; returns once they ran and the
-        next one is blocked."""
+    def let(self, steps: int = 1) -> int:
+        """Let `steps` more steps run, then hold again; returns at once, with the
+        count of steps that will have run by then."""
         with self._cond:
             self.blocked.clear()
-            target = self.steps + steps
             self._allowed += steps
             self._cond.notify_all()
+            return self.steps + steps
+
+    def allow(self, steps: int = 1) -> None:
+        """`let` the steps run; returns once they ran and the next one is blocked."""
+        target = self.let(steps)
+        with self._cond:
             self._cond.wait_for(lambda: self.steps >= target, timeout=10)
         if not self.blocked.wait(10):
             raise AssertionError("no step came to be held")
