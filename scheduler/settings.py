@@ -18,6 +18,9 @@ SERVER = "server"
 ADDRESS = "address"
 """Where a server listens: whoever starts one on a free port chooses it."""
 
+DISCONNECT_NOTICES = ("listen", "write")
+"""How a stream may learn that its client left (`disconnect_notice`)."""
+
 GPU_MEMORY_FRACTION = 0.9
 """The share of a GPU's memory the weights and the KV cache take unless told."""
 
@@ -115,7 +118,7 @@ class ServeSettings:
         "listen", "how a stream learns that its client left: listen (at once, from the "
                   "connection) or write (only when a write to the client finds its "
                   "connection gone, as a response that never reads its request's channel "
-                  "does: kept to measure what listening saves)", SHARED, ["listen", "write"])
+                  "does: kept to measure what listening saves)", SHARED, list(DISCONNECT_NOTICES))
     keepalive_s: float = _setting(15.0, "a comment on a stream idle this long")
     sse_retry_ms: int = _setting(1000, "the retry: field an own-format stream opens with: how "
                                       "long a browser's EventSource waits before it reconnects "
@@ -184,8 +187,7 @@ class ServeSettings:
             raise ValueError("body_timeout_s and header_timeout_s must be positive")
         if self.resume_grace_s < 0 or self.event_padding < 0:
             raise ValueError("resume_grace_s and event_padding must not be negative")
-        if self.disconnect_notice not in ("listen", "write"):
-            raise ValueError("disconnect_notice must be listen or write")
+        check_disconnect_notice(self.disconnect_notice)
         if self.max_readers_per_stream < 0 or self.sse_retry_ms < 0:
             raise ValueError("max_readers_per_stream and sse_retry_ms must not be negative")
         for name in ("slo_ttft_s", "slo_tpot_s"):
@@ -240,6 +242,11 @@ class ServeSettings:
                 value = shown[f.name]
                 shown[f.name] = f"<{len(value)} hidden>" if isinstance(value, tuple) else "<hidden>"
         return shown
+
+
+def check_disconnect_notice(notice: str) -> None:
+    if notice not in DISCONNECT_NOTICES:
+        raise ValueError(f"disconnect_notice must be one of {', '.join(DISCONNECT_NOTICES)}")
 
 
 def scoped(*scopes: str) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from scheduler import BACKLOG_POLICIES, BacklogPolicy, SchedulerConfig, Unbounded, make_policy
-from scheduler.settings import SHARED, ServeSettings, scoped
+from scheduler.settings import SHARED, ServeSettings, check_disconnect_notice, scoped
 
 from traces.slo import Slo
 
@@ -47,8 +47,7 @@ class ReplaySetup:
             raise ValueError("resume_grace_s must be >= 0")
         if self.max_tokens_factor < 1:
             raise ValueError("max_tokens_factor must be >= 1")
-        if self.disconnect_notice not in ("listen", "write"):
-            raise ValueError("disconnect_notice must be listen or write")
+        check_disconnect_notice(self.disconnect_notice)
 
 
 CONFIG_SETTINGS = tuple(f.name for f in fields(SchedulerConfig))
