@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from live.client.loadgen import LiveReplay, replay as live_replay
 from live.runner.models import cache_root
-from live.server.engine_info import hardware_name
+from live.runner.hardware import hardware_name
 from scheduler.settings import ServeSettings
 from sim import FitReport, Profile, build_profile, load_profile, save_profile
 from traces import TraceRequest

@@ -4,11 +4,13 @@ sequence at once, after a pause that grows with the batch (so that the events a
 second stay within what one event loop writes, however many streams are open).
 The tokenizer is the embedded SmolLM2's, so text and detokenizing are real.
 
-    .venv/bin/python benchmarks/instant_model.py --port P [--streams N] [--http2] [--tokenizer DIR]
+    .venv/bin/python benchmarks/instant_model.py --port P [--streams N] [--http2] [--engine-process]
+                                                 [--tokenizer DIR]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import time
@@ -16,6 +18,7 @@ import time
 from transformers import AutoTokenizer
 
 from live.engine.engine import Engine
+from live.engine.engine_process import EngineProcess
 from live.runner.models import embedded_gguf, gguf_cache
 from scheduler.settings import ServeSettings
 from live.server.app import create_app
@@ -52,14 +55,23 @@ class InstantRunner:
         pass
 
 
-def build_app(streams: int, step_s: float, per_sequence_s: float, settings: ServeSettings,
-              tokenizer_dir: str | None = None):
+def build_engine(streams: int, step_s: float, per_sequence_s: float,
+                 tokenizer_dir: str | None = None) -> tuple[Engine, ServedModel]:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or gguf_cache(embedded_gguf()))
     runner = InstantRunner(tokenizer.encode(TEXT), len(tokenizer), step_s, per_sequence_s)
     config = SchedulerConfig(num_blocks=streams * (CONTEXT // BLOCK_SIZE), block_size=BLOCK_SIZE,
                              max_batch=streams, max_waiting=streams, max_model_len=CONTEXT)
     served = ServedModel("instant", tokenizer, CONTEXT, runner.vocab_size)
-    return create_app(Engine(runner, tokenizer, config), served, settings)
+    return Engine(runner, tokenizer, config), served
+
+
+def build_app(streams: int, step_s: float, per_sequence_s: float, settings: ServeSettings,
+              tokenizer_dir: str | None = None):
+    build = functools.partial(build_engine, streams, step_s, per_sequence_s, tokenizer_dir)
+    if settings.engine_process:
+        engine = EngineProcess(build, settings.device, settings.backlog_policy().engine_waits)
+        return create_app(engine, engine.served, settings)
+    return create_app(*build(), settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,11 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-sequence-s", type=float, default=100e-6,
                    help="step time per sequence in the batch, when that is longer")
     p.add_argument("--http2", action="store_true")
+    p.add_argument("--engine-process", action="store_true",
+                   help="step the engine in a process of its own")
     p.add_argument("--tokenizer", help="a tokenizer's directory (default: the embedded SmolLM2's)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     settings = ServeSettings(port=args.port, http2=args.http2, max_batch=args.streams,
-                             max_waiting=args.streams)
+                             max_waiting=args.streams, engine_process=args.engine_process)
     app = build_app(args.streams, args.step_s, args.per_sequence_s, settings, args.tokenizer)
     LiveServer(app, "127.0.0.1", args.port, log_level="warning").run()
     return 0

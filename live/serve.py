@@ -3,11 +3,14 @@ put in a runner, the KV pool sized, the engine built over the core with its step
 log, and the HTTP app run by uvicorn until a signal stops it."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
 
 from .engine.engine import Engine
+from .engine.engine_process import EngineProcess
+from .engine.engine_thread import EngineThread
 from scheduler.settings import ServeSettings
 from .server.access import KeyRing
 from .server.app import create_app
@@ -50,8 +53,14 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
 
 
 def serve(settings: ServeSettings, keys: KeyRing) -> int:
-    engine, served = build_engine(settings)
-    config = engine.core.config
+    if settings.engine_process:
+        engine = EngineProcess(functools.partial(build_engine, settings), settings.device,
+                               settings.backlog_policy().engine_waits)
+        served = engine.served
+    else:
+        built, served = build_engine(settings)
+        engine = EngineThread(built, settings.device)
+    config = engine.facts.config
     log.info("serving %s on http://%s:%d (device %s, %s; %d KV blocks of %d; batch %d; "
              "policy %s)", served.name, settings.host, settings.port, settings.device,
              settings.dtype, config.num_blocks, config.block_size, config.max_batch,

@@ -28,6 +28,10 @@ class KeyLimitReached(SubmitRefused):
         self.what = what
         self.limit = limit
 
+    def __reduce__(self):
+        # the refusal crosses from an engine in its own process
+        return type(self), (self.key, self.what, self.limit)
+
 
 class DoubleRelease(RuntimeError):
     """A sequence's blocks were released a second time."""

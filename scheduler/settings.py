@@ -58,6 +58,11 @@ class ServeSettings:
     threads: int | None = _setting(
         None, "torch threads for the steps; none: every core but one (at least one), "
               "leaving a core to HTTP and the clients, which keeps step times steady")
+    engine_process: bool = _setting(
+        False, "step the engine (model, core, detokenizer) in a process of its own, so that "
+               "HTTP and streaming never wait on a step for the interpreter; if that "
+               "process ends, its streams end with an error and another engine starts "
+               "behind the same socket")
     max_batch: int = _scheduling("max_batch", "sequences decoded together")
     num_blocks: int | None = _setting(
         None, "KV blocks in the pool; none: a server sizes it from --kv-cache-mb on the "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import struct
@@ -211,6 +212,19 @@ class PacedRunner:
 
     def forget(self, seq_id: str) -> None:
         self.runner.forget(seq_id)
+
+
+class CrashingRunner(PacedRunner):
+    """A `PacedRunner` whose process dies, as if the model segfaulted, at the step
+    that would prefill a prompt holding the token `CRASH`: for engines in a process
+    of their own."""
+
+    CRASH = ord("~")
+
+    def execute(self, plan) -> list[int]:
+        if any(self.CRASH in seq.request.payload.prompt_ids for seq in plan.prefills):
+            os._exit(70)
+        return super().execute(plan)
 
 
 def held_app(settings: ServeSettings | None = None, **engine_options):

@@ -51,6 +51,8 @@ class Engine:
         self.eos_token_ids = frozenset(runner.eos_token_ids)
         self._texts: dict[str, TextStream] = {}
         self._epoch = time.perf_counter()
+        self._started = time.time()
+        """When the step under way began, Unix seconds."""
         self.failed_commits = 0
         """Commits that raised since the last one that did not."""
         self.progressed = False
@@ -81,6 +83,7 @@ class Engine:
         takes the first tokens of each prefill pass but the last as it ends; without
         it they come with the step's output."""
         start = time.perf_counter()
+        self._started = time.time()
         try:
             plan = self.core.plan()
         except Exception as exc:
@@ -146,7 +149,8 @@ class Engine:
                   for seq, token in zip(run.plan.sequences, run.tokens) if seq.emits_tokens]
         if tokens:
             early(StepOutput(tokens, deltas, {},
-                             [seq.id for seq in run.plan.admitted if not seq.preemptions]))
+                             [seq.id for seq in run.plan.admitted if not seq.preemptions],
+                             self._started))
         return tokens
 
     def _open_text(self, seq: Sequence) -> bool:
@@ -215,7 +219,7 @@ class Engine:
         for e in events:
             if isinstance(e, FinishEvent):
                 held[e.seq_id] = self._let_go(e.seq_id)
-        return StepOutput(events, deltas, held, admitted)
+        return StepOutput(events, deltas, held, admitted, self._started)
 
     def _let_go(self, seq_id: str) -> str:
         """Forget a finished sequence; the text it held back to its end."""

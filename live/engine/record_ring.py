@@ -15,7 +15,11 @@ class RecordsLost(LookupError):
     def __init__(self, what: str, after: int, lost_through: int, size: int):
         super().__init__(f"{what} {after + 1} to {lost_through} fell out of the ring of the last "
                          f"{size} {what}; read {what} more often, or keep more")
-        self.lost_through = lost_through
+        self.what, self.after, self.lost_through, self.size = what, after, lost_through, size
+
+    def __reduce__(self):
+        # the loss crosses from an engine in its own process
+        return type(self), (self.what, self.after, self.lost_through, self.size)
 
 
 class RecordRing:

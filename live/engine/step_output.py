@@ -19,6 +19,8 @@ class StepOutput:
     admitted: list[str]
     """Sequences admitted for the first time: their prefill starts in this step (and
     with chunked prefill may end several steps later, with their first token)."""
+    started: float
+    """Unix seconds, when the step began."""
 
     @property
     def is_empty(self) -> bool:

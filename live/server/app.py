@@ -19,6 +19,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 
 from ..engine.engine import Engine
+from ..engine.handle import EngineHandle
 from scheduler.settings import ServeSettings
 from . import routes_generate, routes_ops
 from .access import AccessGuard, KeyRing
@@ -38,9 +39,10 @@ async def no_route(request: Request, exc: HTTPException):
     return response
 
 
-def create_app(engine: Engine, served: ServedModel, settings: ServeSettings,
+def create_app(engine: Engine | EngineHandle, served: ServedModel, settings: ServeSettings,
                keys: KeyRing | None = None) -> Starlette:
-    """`keys`: those the settings give, if not already loaded."""
+    """`engine`: an `Engine` steps in a thread of the server's process; `keys`: those
+    the settings give, if not already loaded."""
     keys = keys or KeyRing.load(settings)
     service = LiveService(engine, served, settings, keys.names)
 

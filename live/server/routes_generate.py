@@ -50,7 +50,7 @@ async def post_stream(request: Request):
     service = service_of(request)
     try:
         generation = await _read(request, service, wire_stream.parse)
-        stream, reader = service.submit(generation, request_id(request), key_of(request))
+        stream, reader = await service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_stream.error_body)
     return _own_stream(service, reader, stream.id)
@@ -105,7 +105,7 @@ async def _openai(request: Request, chat: bool):
     try:
         generation = await _read(request, service, wire_openai.parse_chat if chat
                                  else wire_openai.parse_completion)
-        stream, reader = service.submit(generation, request_id(request), key_of(request))
+        stream, reader = await service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_openai.error_body)
     response_id = f"{'chatcmpl' if chat else 'cmpl'}-{stream.id}"
@@ -138,7 +138,7 @@ async def post_messages(request: Request):
     service = service_of(request)
     try:
         generation, stops = await _read(request, service, wire_anthropic.parse_messages)
-        stream, reader = service.submit(generation, request_id(request), key_of(request))
+        stream, reader = await service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_anthropic.error_body)
     message_id = f"msg_{stream.id}"

@@ -4,7 +4,7 @@ engine's description, and pages of the step and finished-request records)."""
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -26,7 +26,7 @@ async def health(request: Request):
     service = service_of(request)
     if service.hub.shutting_down:
         return JSONResponse({"status": "shutting_down"}, 503)
-    if not service.step_loop.alive:
+    if not service.engine.alive:
         return JSONResponse({"status": "engine_stopped"}, 503)
     return JSONResponse({"status": "ok", "model": service.served.name})
 
@@ -37,9 +37,9 @@ async def stats(request: Request):
 
 async def metrics(request: Request):
     service = service_of(request)
-    core = service.engine.core
-    body = service.metrics.exposition(service.hub.snapshot, core.config.num_blocks,
-                                      core.keys.holding())
+    view = service.hub.view
+    body = service.metrics.exposition(view.snapshot, service.engine.facts.config.num_blocks,
+                                      service.engine.holding())
     return Response(body, media_type=CONTENT_TYPE)
 
 
@@ -48,8 +48,8 @@ async def engine_info(request: Request):
     the scheduler's settings, the backlog policy and the streams' settings, and the
     step ring (its size, the newest step): what a simulator needs to mirror it."""
     service = service_of(request)
-    return JSONResponse(describe(service.engine, service.hub.requests, service.served.name,
-                                 service.settings))
+    return JSONResponse(describe(service.engine.facts, service.hub.view.last_step,
+                                 service.hub.requests, service.served.name, service.settings))
 
 
 async def steps(request: Request):
@@ -61,7 +61,7 @@ async def steps(request: Request):
     a 410 Gone whose message says which were lost, with the last of them in
     `X-Records-Lost-Through` (ask again after it to take what is still kept)."""
     service = service_of(request)
-    return await _ring_page(request, service, service.engine.step_log.after)
+    return await _ring_page(request, service, service.engine.steps_after)
 
 
 async def finished_requests(request: Request):
@@ -70,17 +70,21 @@ async def finished_requests(request: Request):
     admission, first token and finish (Unix seconds, the engine's view), finish
     reason, tokens made, tokens made after the client left, and when it left."""
     service = service_of(request)
-    return await _ring_page(request, service, service.hub.requests.after)
+    async def read(after: int, limit: int) -> list[dict]:
+        return service.hub.requests.after(after, limit)
+
+    return await _ring_page(request, service, read)
 
 
-async def _ring_page(request: Request, service: LiveService, read: Callable[[int, int], list[dict]]):
+async def _ring_page(request: Request, service: LiveService,
+                     read: Callable[[int, int], Awaitable[list[dict]]]):
     try:
         after = _count(request, "after", 0, 0, None)
         limit = _count(request, "limit", RECORDS_PER_PAGE, 1, RECORDS_PER_PAGE)
     except RequestError as exc:
         return refuse(service, exc, wire_stream.error_body)
     try:
-        records = read(after, limit)
+        records = await read(after, limit)
     except RecordsLost as exc:
         error = RequestError(ErrorKind.GONE, str(exc), "after")
         return JSONResponse(wire_stream.error_body(error), error.kind.status,

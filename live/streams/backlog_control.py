@@ -125,6 +125,11 @@ class BacklogControl:
         if self._gate is not None:
             self._gate.open()
 
+    def wait_again(self) -> None:
+        """Hold the steps of an engine started in place of one that stopped."""
+        if self._gate is not None:
+            self._gate.shut()
+
     @property
     def engine_waiting(self) -> bool:
         return self._gate is not None and self._gate.waiting

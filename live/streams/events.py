@@ -7,7 +7,6 @@ from typing import ClassVar
 
 from scheduler import FinishReason
 
-ABORTS = (FinishReason.CANCELLED, FinishReason.SLOW_CLIENT, FinishReason.ERROR)
 COMPLETED = (FinishReason.LENGTH, FinishReason.STOP, FinishReason.EOS)
 
 

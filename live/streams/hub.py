@@ -12,10 +12,13 @@ shutdown, the engine stopping for good — goes through one idempotent `_end`, a
 `close` also cancels it in the engine. Each engine event is handled on its own: one
 that raises ends its stream with an error, never the other streams' events.
 
-Only the asyncio thread touches streams; the step thread calls `before_step`,
+Only the asyncio thread touches streams; the engine's side (its stepping thread,
+or the thread that relays an engine process's messages) calls `before_step`,
 `deliver` and `after_step`, which hand over through a queue that the loop drains
 at one wake however many steps wait in it: a loop that lags behind fast steps
-applies the backlog policy once per stream for all of them."""
+applies the backlog policy once per stream for all of them. An engine that stops
+ends every open stream (`halt`); one that starts in its place (`restarted`) takes
+new streams."""
 from __future__ import annotations
 
 import asyncio
@@ -24,13 +27,13 @@ import threading
 import time
 from collections import deque
 
-from scheduler import CoreSnapshot, Event, FinishEvent, FinishReason, TokenEvent
+from scheduler import Event, FinishEvent, FinishReason, TokenEvent
 
-from ..engine.engine import Engine
+from ..engine.core_view import CoreView
+from ..engine.handle import EngineHandle
 from ..engine.step_output import StepOutput
 from scheduler.settings import ServeSettings
 from .backlog_control import BacklogControl
-from .core_view import CoreView
 from .events import COMPLETED, Start, Token
 from .prometheus import ServerMetrics
 from .request_log import RequestLog
@@ -41,7 +44,7 @@ log = logging.getLogger("twinstep.hub")
 
 
 class Hub:
-    def __init__(self, engine: Engine, settings: ServeSettings, metrics: ServerMetrics):
+    def __init__(self, engine: EngineHandle, settings: ServeSettings, metrics: ServerMetrics):
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
@@ -54,13 +57,13 @@ class Hub:
         """Engine events for streams that had already ended on this side."""
         self.shutting_down = False
         self.engine_stopped = False
-        """The step loop has stopped for good: no stream will be served again."""
-        self._between_steps = CoreView.of(engine.core)
-        self._step_started = time.time()
+        """The engine has stopped: no stream is served until one starts in its place."""
+        self.view = engine.view()
+        """The core's state after the last step."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drained: asyncio.Event | None = None
         self._watchdog: asyncio.Task | None = None
-        self._handed: deque[tuple[StepOutput, float, float] | CoreView] = deque()
+        self._handed: deque[tuple[StepOutput, float] | CoreView] = deque()
         """Step outputs and core views from the step thread, for the loop."""
         self._handing = threading.Lock()
         self._woken = False
@@ -75,24 +78,22 @@ class Hub:
             self._watchdog = loop.create_task(
                 self.backlog.watch(interval, self._streams.running_streams))
 
-    # -- the step thread --------------------------------------------------------
+    # -- the engine's side ------------------------------------------------------
 
     def before_step(self) -> None:
         self.backlog.wait_for_readers()
-        self._step_started = time.time()
 
     def deliver(self, output: StepOutput) -> None:
         arrived = time.time()
         self.backlog.in_flight(1)
-        self._hand((output, self._step_started, arrived))
+        self._hand((output, arrived))
 
-    def after_step(self) -> None:
-        # Taken between steps by the stepping thread (the one consistent view), and
-        # handed to the loop behind the step's output: /stats never shows the core
-        # idle while the last tokens are still on their way to the streams.
-        self._hand(CoreView.of(self.engine.core))
+    def after_step(self, view: CoreView) -> None:
+        # behind the step's output: /stats never shows the core idle while the last
+        # tokens are still on their way to the streams
+        self._hand(view)
 
-    def _hand(self, item: tuple[StepOutput, float, float] | CoreView) -> None:
+    def _hand(self, item: tuple[StepOutput, float] | CoreView) -> None:
         """Queue `item` for the loop, and wake the loop unless a wake is on its way:
         a loop that lags takes every step waiting at once (`_take_handed`)."""
         self._handed.append(item)
@@ -102,11 +103,16 @@ class Hub:
             self._woken = True
         self._loop.call_soon_threadsafe(self._take_handed)
 
-    def halt(self, reason: BaseException) -> None:
-        """The step loop has stopped for good (from its thread)."""
+    def halt(self, reason: str) -> None:
         try:
             self._loop.call_soon_threadsafe(self._halt)
         except RuntimeError:  # the loop is closed: nothing is left to end
+            pass
+
+    def restarted(self, view: CoreView) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._restarted, view)
+        except RuntimeError:
             pass
 
     def _halt(self) -> None:
@@ -121,10 +127,10 @@ class Hub:
                                stream.completion_tokens, "", time.time())
         self._check_drained()
 
-    @property
-    def snapshot(self) -> CoreSnapshot:
-        """The core's state after the last step."""
-        return self._between_steps.snapshot
+    def _restarted(self, view: CoreView) -> None:
+        self.view = view
+        self.engine_stopped = False
+        self.backlog.wait_again()
 
     # -- requests ---------------------------------------------------------------
 
@@ -196,8 +202,8 @@ class Hub:
 
     def stats(self) -> dict:
         return {
-            **self._between_steps.as_dict(),
-            "num_blocks": self.engine.core.config.num_blocks,
+            **self.view.as_dict(),
+            "num_blocks": self.engine.facts.config.num_blocks,
             "policy": self.backlog.policy.name,
             **self._streams.counts(),
             "dropped_events": self.dropped_events,
@@ -206,7 +212,8 @@ class Hub:
             "engine_waiting_for_readers": self.backlog.engine_waiting,
             "shutting_down": self.shutting_down,
             "engine_stopped": self.engine_stopped,
-            "step_log_errors": self.engine.step_log.write_errors,
+            "engine_starts": self.engine.starts,
+            "step_log_errors": self.view.step_log_errors,
         }
 
     # -- a step's output --------------------------------------------------------
@@ -221,7 +228,7 @@ class Hub:
         while handed:
             item = handed.popleft()
             if type(item) is CoreView:
-                self._between_steps = item
+                self.view = item
                 continue
             try:
                 self._take(*item, touched)
@@ -232,12 +239,11 @@ class Hub:
             self._isolated(stream, self.backlog.apply, stream, now)
         self._check_drained()
 
-    def _take(self, output: StepOutput, step_started: float, arrived: float,
-              touched: dict[str, Stream]) -> None:
+    def _take(self, output: StepOutput, arrived: float, touched: dict[str, Stream]) -> None:
         for seq_id in output.admitted:
             stream = self._streams.running(seq_id)
             if stream is not None:
-                stream.admitted = step_started
+                stream.admitted = output.started
         now = time.monotonic()
         for e in output.events:
             stream = self._streams.running(e.seq_id)

@@ -32,3 +32,8 @@ class ReaderGate:
         with self._cond:
             self._open = True
             self._cond.notify_all()
+
+    def shut(self) -> None:
+        """Wait again, as before `open`."""
+        with self._cond:
+            self._open = False

@@ -56,7 +56,7 @@ def assert_whole(running: ServerThread) -> None:
     assert httpx.get(url + "/health").json()["status"] == "ok"
     idle = wait_idle(url)
     assert idle["blocks_free"] == idle["num_blocks"] == 128
-    engine = running.server.service.engine
+    engine = running.server.service.engine.engine
     assert engine.core.is_drained() and engine.core.pool.reserved_blocks == 0
 
 

@@ -1,0 +1,214 @@
+"""The engine stepping in a process of its own (`engine_child`), so that the
+server's event loop (HTTP, the hub, SSE, socket writes) has an interpreter to
+itself and never waits on a step's lock.
+
+The handle relays: a thread receives the child's messages (step outputs and views
+to the hub, answers to the futures that asked for them) and the `naive` policy's
+gate runs in a thread of its own. If the child ends (a crash, or its step loop
+stopped for good), every open stream ends with an error at once, asks in flight
+fail with `EngineStopped`, and a new child is started behind the same listening
+socket; new requests are refused with 503 until it is ready. Streams in flight at
+the crash are not carried over: what they held died with the child."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import queue
+import threading
+from collections.abc import Callable
+
+from scheduler import FinishReason, KeyHolding
+
+from ..runner.params import SamplingParams
+from . import engine_child
+from .core_view import CoreView
+from .engine import Engine
+from .handle import EngineStopped, StepSink
+
+log = logging.getLogger("twinstep.engine")
+
+STOP_TIMEOUT_S = 30.0
+
+
+class EngineProcess:
+    def __init__(self, build: Callable[[], tuple[Engine, object]], device: str, gated: bool):
+        """Start the child and wait until its engine is built. `build` (picklable: it
+        runs in the child) returns the engine and what the server serves (`served`);
+        `gated`: the backlog policy makes the engine wait for its readers."""
+        self._build = build
+        self._device = device
+        self._gated = gated
+        self.starts = 0
+        self._halted: str | None = None
+        self._stopping = False
+        self._sending = threading.Lock()
+        self._asks = itertools.count()
+        self._pending: dict[int, asyncio.Future] = {}
+        self._gates: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._sink: StepSink | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._launch()
+
+    def _launch(self) -> None:
+        context = multiprocessing.get_context("spawn")  # never fork a process that holds threads
+        ours, theirs = context.Pipe()
+        process = context.Process(target=engine_child.run, name="twinstep-engine", daemon=True,
+                                  args=(self._build, theirs, self._device, self._gated,
+                                        logging.getLogger().getEffectiveLevel()))
+        process.start()
+        theirs.close()
+        try:
+            _, self.facts, self._view, self.served = ours.recv()
+        except (EOFError, OSError):
+            process.join()
+            raise EngineStopped(f"the engine's process ended while it started (exit code "
+                                f"{process.exitcode}); see its log") from None
+        self._process, self._conn = process, ours
+        self._holding = self._view.holding
+        self.starts += 1
+
+    @property
+    def halted(self) -> str | None:
+        return self._halted
+
+    @property
+    def alive(self) -> bool:
+        return self._sink is not None and self._halted is None and not self._stopping
+
+    def holding(self) -> dict[str, KeyHolding]:
+        return self._holding
+
+    def view(self) -> CoreView:
+        return self._view
+
+    def start(self, sink: StepSink) -> None:
+        self._sink = sink
+        self._loop = asyncio.get_running_loop()
+        threading.Thread(target=self._relay, name="twinstep-engine-relay", daemon=True).start()
+        if self._gated:
+            threading.Thread(target=self._open_gates, name="twinstep-reader-gate",
+                             daemon=True).start()
+        self._send("start")
+
+    # -- the server's side ------------------------------------------------------
+
+    async def submit(self, seq_id: str, prompt_ids: list[int], max_new_tokens: int,
+                     sampling: SamplingParams, key: str | None) -> None:
+        refusal = await self._ask("submit", seq_id, list(prompt_ids), max_new_tokens, sampling,
+                                  key)
+        if refusal is not None:
+            raise refusal  # the core's SubmitRefused, or what else submitting raised
+
+    def cancel(self, seq_id: str, reason: FinishReason = FinishReason.CANCELLED) -> None:
+        self._wish("cancel", seq_id, reason)
+
+    def pause(self, seq_id: str) -> None:
+        self._wish("pause", seq_id)
+
+    def resume(self, seq_id: str) -> None:
+        self._wish("resume", seq_id)
+
+    async def steps_after(self, step: int, limit: int) -> list[dict]:
+        records = await self._ask("steps", step, limit)
+        if isinstance(records, Exception):
+            raise records
+        return records
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._gates.put(False)
+        self._wish("stop")
+        self._process.join(STOP_TIMEOUT_S)
+        if self._process.is_alive():
+            log.error("the engine's process did not stop in %.0f s; it is killed", STOP_TIMEOUT_S)
+            self._process.kill()
+            self._process.join()
+
+    def _send(self, *message) -> None:
+        with self._sending:
+            self._conn.send(message)
+
+    def _wish(self, *message) -> None:
+        """A wish for an engine that may be gone, with whatever it held."""
+        try:
+            self._send(*message)
+        except OSError:
+            pass
+
+    def _ask(self, *command) -> asyncio.Future:
+        ask = next(self._asks)
+        answer = self._loop.create_future()
+        self._pending[ask] = answer
+        try:
+            self._send(command[0], ask, *command[1:])
+        except OSError:
+            del self._pending[ask]
+            raise EngineStopped("the engine has stopped") from None
+        return answer
+
+    # -- the relay's side -------------------------------------------------------
+
+    def _relay(self) -> None:
+        """Hand on what the child sends until it ends; then end what it held, and
+        start another unless the server is stopping."""
+        while True:
+            reason = self._relay_child()
+            if self._stopping:
+                return
+            self._process.join()
+            self._halted = (f"the engine's process ended (exit code {self._process.exitcode}): "
+                            f"{reason or 'no reason given'}")
+            log.error("%s; its streams end, and another engine starts", self._halted)
+            self._sink.halt(self._halted)
+            self._loop.call_soon_threadsafe(self._fail_pending)
+            try:
+                self._launch()
+            except Exception:
+                log.exception("no engine could start again: requests are refused from now on")
+                return
+            self._halted = None
+            self._sink.restarted(self._view)
+            self._wish("start")
+
+    def _relay_child(self) -> str | None:
+        """Relay the messages of the child that runs now, until it ends; the reason
+        it gave for ending, if any."""
+        conn, sink = self._conn, self._sink
+        reason = None
+        while True:
+            try:
+                kind, *args = conn.recv()
+            except (EOFError, OSError):
+                return reason
+            if kind == "out":
+                sink.deliver(args[0])
+            elif kind == "view":
+                self._holding = args[0].holding
+                sink.after_step(args[0])
+            elif kind == "answer":
+                ask, result, self._holding = args
+                self._loop.call_soon_threadsafe(self._settle, ask, result)
+            elif kind == "gate":
+                self._gates.put(True)
+            elif kind == "halt":
+                reason = args[0]
+
+    def _settle(self, ask: int, result) -> None:
+        answer = self._pending.pop(ask, None)
+        if answer is not None and not answer.done():
+            answer.set_result(result)
+
+    def _fail_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        for answer in pending.values():
+            if not answer.done():
+                answer.set_exception(EngineStopped("the engine stopped before it answered"))
+
+    def _open_gates(self) -> None:
+        """Under `naive`: each step waits, in the child, until the readers have taken
+        what the steps before it made."""
+        while self._gates.get():
+            self._sink.before_step()
+            self._wish("go")
