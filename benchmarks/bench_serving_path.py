@@ -35,6 +35,9 @@ ROWS = {  # name: (format, HTTP/2, streams, tokens a stream)
     "own-h1-32": ("own", False, 32, 500),
     "own-h1-256": ("own", False, 256, 200),
     "own-h1-1024": ("own", False, 1024, 100),
+    # the same streams four times as long: the rate once every stream is open
+    "own-h1-256-long": ("own", False, 256, 800),
+    "own-h1-1024-long": ("own", False, 1024, 400),
     "chat-h1-256": ("chat", False, 256, 200),
     "anthropic-h1-256": ("anthropic", False, 256, 200),
     "own-h2-256": ("own", True, 256, 200),

@@ -17,6 +17,7 @@ import time
 
 from transformers import AutoTokenizer
 
+from live import collector
 from live.engine.engine import Engine
 from live.engine.engine_process import EngineProcess
 from live.runner.models import embedded_gguf, gguf_cache
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServeSettings(port=args.port, http2=args.http2, max_batch=args.streams,
                              max_waiting=args.streams, engine_process=args.engine_process)
     app = build_app(args.streams, args.step_s, args.per_sequence_s, settings, args.tokenizer)
+    collector.settle()
     LiveServer(app, "127.0.0.1", args.port, log_level="warning").run()
     return 0
 

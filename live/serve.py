@@ -8,6 +8,7 @@ import importlib.util
 import json
 import logging
 
+from . import collector
 from .engine.engine import Engine
 from .engine.engine_process import EngineProcess
 from .engine.engine_thread import EngineThread
@@ -67,5 +68,8 @@ def serve(settings: ServeSettings, keys: KeyRing) -> int:
              settings.policy)
     log.info("settings %s", json.dumps(settings.as_dict()))
     log.info("access: %s", keys.describe())
-    LiveServer(create_app(engine, served, settings, keys), settings.host, settings.port).run()
+    app = create_app(engine, served, settings, keys)
+    collector.settle()
+    LiveServer(app, settings.host, settings.port).run()
+    collector.release()
     return 0

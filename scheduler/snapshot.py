@@ -23,3 +23,8 @@ class CoreSnapshot:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    def __reduce__(self):
+        # pickled after every step by an engine in a process of its own: by value, not
+        # through dataclasses' field lookups
+        return type(self), tuple(getattr(self, name) for name in self.__slots__)

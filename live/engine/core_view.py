@@ -34,6 +34,10 @@ class CoreView:
                    dict(core.finished_by_reason), core.keys.holding(),
                    engine.step_log.last_step, engine.step_log.write_errors)
 
+    def __reduce__(self):
+        # pickled after every step by an engine in a process of its own
+        return type(self), tuple(getattr(self, name) for name in self.__slots__)
+
     def as_dict(self) -> dict:
         return {
             **self.snapshot.as_dict(),

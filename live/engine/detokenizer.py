@@ -5,17 +5,27 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+from tokenizers.decoders import DecodeStream
+
 REPLACEMENT = "\ufffd"
 
 
 def decoder_of(tokenizer) -> Callable[[list[int]], str]:
     """The tokenizer's decode, special tokens skipped. For a fast tokenizer that
     cleans up no spaces, transformers' decode only wraps its Rust tokenizer's, at
-    several microseconds of Python a call (twice a token): call that one at once."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False:
+    several microseconds of Python a call: call that one at once."""
+    backend = _rust_backend(tokenizer)
+    if backend is not None:
         return functools.partial(backend.decode, skip_special_tokens=True)
     return functools.partial(tokenizer.decode, skip_special_tokens=True)
+
+
+def _rust_backend(tokenizer):
+    """The Rust tokenizer under a fast tokenizer that cleans up no spaces, else None."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False:
+        return backend
+    return None
 
 
 class TextStream:
@@ -24,7 +34,9 @@ class TextStream:
     Byte-level tokenizers can cut a character across tokens; decoding such a prefix
     yields U+FFFD, so text is held back until the bytes complete. Text that could be
     the start of a stop string is held back too, so a stop string never reaches the
-    client."""
+    client. Under a Rust tokenizer the tokenizers library's own incremental decoder
+    (`DecodeStream`) makes each token's text, in one call; otherwise two decodes of a
+    short window do, as that decoder does inside."""
 
     def __init__(self, tokenizer, prompt_ids: tuple[int, ...] = (), stop: tuple[str, ...] = ()):
         self._decode = decoder_of(tokenizer)
@@ -32,6 +44,14 @@ class TextStream:
         self._ids: list[int] = list(prompt_ids[-4:])
         self._prefix_offset = 0
         self._read_offset = len(self._ids)
+        self._backend = _rust_backend(tokenizer)
+        self._stepper = None
+        # a context that ends inside a character would leak its bytes into the first
+        # piece: such a sequence decodes by windows
+        if self._backend is not None and not self._decode(self._ids).endswith(REPLACEMENT):
+            self._stepper = DecodeStream(skip_special_tokens=True)
+            for token_id in self._ids:  # the context read, its text not emitted
+                self._stepper.step(self._backend, token_id)
         self._stop = tuple(s for s in stop if s)
         self._pending = ""  # decoded but not yet emitted (possible stop prefix)
         self.text = ""      # everything emitted so far
@@ -42,15 +62,23 @@ class TextStream:
         if self.stopped:
             return ""
         self._ids.append(token_id)
+        piece = (self._stepper.step(self._backend, token_id) if self._stepper is not None
+                 else self._window_piece())
+        if not piece:
+            return ""  # an unfinished character: wait for its remaining bytes
+        self._pending += piece
+        # where flush decodes from, if the sequence ends inside a character
+        self._prefix_offset = self._read_offset
+        self._read_offset = len(self._ids)
+        return self._release()
+
+    def _window_piece(self) -> str | None:
         decode = self._decode
         prefix = decode(self._ids[self._prefix_offset:self._read_offset])
         full = decode(self._ids[self._prefix_offset:])
         if full.endswith(REPLACEMENT) or len(full) <= len(prefix):
-            return ""  # an unfinished character: wait for its remaining bytes
-        self._pending += full[len(prefix):]
-        self._prefix_offset = self._read_offset
-        self._read_offset = len(self._ids)
-        return self._release()
+            return None
+        return full[len(prefix):]
 
     def flush(self) -> str:
         """At the end of the sequence: whatever was held back, stop prefixes included."""
@@ -67,6 +95,10 @@ class TextStream:
         # Emitted text never ends with the start of a stop string (that is held in
         # _pending), so a stop string can only begin inside _pending.
         out = self._pending
+        if not self._stop:
+            self._pending = ""
+            self.text += out
+            return out
         cut = _first_stop(out, self._stop)
         if cut is not None:
             out = out[:cut]

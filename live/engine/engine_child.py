@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
+from .. import collector
 from .core_view import CoreView
 from .engine import Engine
 from .handle import EngineFacts
@@ -34,7 +35,9 @@ def run(build: Callable[[], tuple[Engine, object]], conn: Connection, device: st
     serves), say it is ready, and serve the pipe until the server stops it or is gone."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine, served = build()
+    collector.settle()
     EngineChild(engine, conn, device, gated, served).serve()
+    collector.release()
 
 
 class EngineChild:

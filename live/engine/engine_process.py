@@ -2,9 +2,9 @@
 server's event loop (HTTP, the hub, SSE, socket writes) has an interpreter to
 itself and never waits on a step's lock.
 
-The handle relays: a thread receives the child's messages (step outputs and views
-to the hub, answers to the futures that asked for them) and the `naive` policy's
-gate runs in a thread of its own. If the child ends (a crash, or its step loop
+The event loop reads the child's messages as they come (step outputs and views to
+the hub, answers to the futures that asked for them); the `naive` policy's gate
+runs in a thread of its own. If the child ends (a crash, or its step loop
 stopped for good), every open stream ends with an error at once, asks in flight
 fail with `EngineStopped`, and a new child is started behind the same listening
 socket; new requests are refused with 503 until it is ready. Streams in flight at
@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from scheduler import FinishReason, KeyHolding
@@ -30,6 +31,10 @@ from .handle import EngineStopped, StepSink
 log = logging.getLogger("twinstep.engine")
 
 STOP_TIMEOUT_S = 30.0
+ASKS = ("submit", "steps")
+"""The messages that carry an ask, answered by the child."""
+MESSAGES_PER_WAKE = 64
+"""Messages read at one wake of the loop, before the loop turns to its sockets."""
 
 
 class EngineProcess:
@@ -43,7 +48,8 @@ class EngineProcess:
         self.starts = 0
         self._halted: str | None = None
         self._stopping = False
-        self._sending = threading.Lock()
+        self._outbox: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        """What the server sends the child, in order, for the writer thread."""
         self._asks = itertools.count()
         self._pending: dict[int, asyncio.Future] = {}
         self._gates: queue.SimpleQueue[bool] = queue.SimpleQueue()
@@ -66,6 +72,8 @@ class EngineProcess:
             raise EngineStopped(f"the engine's process ended while it started (exit code "
                                 f"{process.exitcode}); see its log") from None
         self._process, self._conn = process, ours
+        self._reason: str | None = None
+        """Why the child said it stopped, if it did."""
         self._holding = self._view.holding
         self.starts += 1
 
@@ -86,7 +94,8 @@ class EngineProcess:
     def start(self, sink: StepSink) -> None:
         self._sink = sink
         self._loop = asyncio.get_running_loop()
-        threading.Thread(target=self._relay, name="twinstep-engine-relay", daemon=True).start()
+        self._listen()
+        threading.Thread(target=self._write, name="twinstep-engine-writer", daemon=True).start()
         if self._gated:
             threading.Thread(target=self._open_gates, name="twinstep-reader-gate",
                              daemon=True).start()
@@ -102,13 +111,13 @@ class EngineProcess:
             raise refusal  # the core's SubmitRefused, or what else submitting raised
 
     def cancel(self, seq_id: str, reason: FinishReason = FinishReason.CANCELLED) -> None:
-        self._wish("cancel", seq_id, reason)
+        self._send("cancel", seq_id, reason)
 
     def pause(self, seq_id: str) -> None:
-        self._wish("pause", seq_id)
+        self._send("pause", seq_id)
 
     def resume(self, seq_id: str) -> None:
-        self._wish("resume", seq_id)
+        self._send("resume", seq_id)
 
     async def steps_after(self, step: int, limit: int) -> list[dict]:
         records = await self._ask("steps", step, limit)
@@ -119,81 +128,97 @@ class EngineProcess:
     def stop(self) -> None:
         self._stopping = True
         self._gates.put(False)
-        self._wish("stop")
-        self._process.join(STOP_TIMEOUT_S)
+        if self._loop is not None:
+            self._loop.remove_reader(self._conn.fileno())
+        self._send("stop")
+        self._outbox.put(None)
+        # what it still sends is read and let go, so that no send of its blocks its exit
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while self._process.is_alive() and time.monotonic() < deadline:
+            try:
+                if self._conn.poll(0.05):
+                    self._conn.recv()
+            except (EOFError, OSError):
+                self._process.join(max(0.0, deadline - time.monotonic()))
         if self._process.is_alive():
             log.error("the engine's process did not stop in %.0f s; it is killed", STOP_TIMEOUT_S)
             self._process.kill()
             self._process.join()
 
     def _send(self, *message) -> None:
-        with self._sending:
-            self._conn.send(message)
-
-    def _wish(self, *message) -> None:
-        """A wish for an engine that may be gone, with whatever it held."""
-        try:
-            self._send(*message)
-        except OSError:
-            pass
+        # never on the loop: the child may be blocked sending to the loop, which
+        # must go on reading
+        self._outbox.put(message)
 
     def _ask(self, *command) -> asyncio.Future:
         ask = next(self._asks)
         answer = self._loop.create_future()
         self._pending[ask] = answer
-        try:
-            self._send(command[0], ask, *command[1:])
-        except OSError:
-            del self._pending[ask]
-            raise EngineStopped("the engine has stopped") from None
+        self._send(command[0], ask, *command[1:])
         return answer
 
-    # -- the relay's side -------------------------------------------------------
-
-    def _relay(self) -> None:
-        """Hand on what the child sends until it ends; then end what it held, and
-        start another unless the server is stopping."""
-        while True:
-            reason = self._relay_child()
-            if self._stopping:
-                return
-            self._process.join()
-            self._halted = (f"the engine's process ended (exit code {self._process.exitcode}): "
-                            f"{reason or 'no reason given'}")
-            log.error("%s; its streams end, and another engine starts", self._halted)
-            self._sink.halt(self._halted)
-            self._loop.call_soon_threadsafe(self._fail_pending)
+    def _write(self) -> None:
+        """The writer thread: each message to the child that runs now. One sent to a
+        child that has ended is lost, with whatever it held; an ask among them is
+        failed when the loop learns of the end."""
+        while (message := self._outbox.get()) is not None:
             try:
-                self._launch()
-            except Exception:
-                log.exception("no engine could start again: requests are refused from now on")
-                return
-            self._halted = None
-            self._sink.restarted(self._view)
-            self._wish("start")
+                self._conn.send(message)
+            except OSError:
+                if message[0] in ASKS:
+                    self._loop.call_soon_threadsafe(self._fail, message[1])
 
-    def _relay_child(self) -> str | None:
-        """Relay the messages of the child that runs now, until it ends; the reason
-        it gave for ending, if any."""
+    # -- what the child sends ----------------------------------------------------
+
+    def _listen(self) -> None:
+        # read on the event loop itself: a relay thread would wrestle the loop for the
+        # interpreter lock at every step
+        self._loop.add_reader(self._conn.fileno(), self._take_messages)
+
+    def _take_messages(self) -> None:
+        """On the loop: every message the child has sent so far."""
         conn, sink = self._conn, self._sink
-        reason = None
-        while True:
-            try:
+        try:
+            for _ in range(MESSAGES_PER_WAKE):
                 kind, *args = conn.recv()
-            except (EOFError, OSError):
-                return reason
-            if kind == "out":
-                sink.deliver(args[0])
-            elif kind == "view":
-                self._holding = args[0].holding
-                sink.after_step(args[0])
-            elif kind == "answer":
-                ask, result, self._holding = args
-                self._loop.call_soon_threadsafe(self._settle, ask, result)
-            elif kind == "gate":
-                self._gates.put(True)
-            elif kind == "halt":
-                reason = args[0]
+                if kind == "out":
+                    sink.deliver(args[0])
+                elif kind == "view":
+                    self._holding = args[0].holding
+                    sink.after_step(args[0])
+                elif kind == "answer":
+                    ask, result, self._holding = args
+                    self._settle(ask, result)
+                elif kind == "gate":
+                    self._gates.put(True)
+                elif kind == "halt":
+                    self._reason = args[0]
+                if not conn.poll():
+                    return
+            return
+        except (EOFError, OSError):
+            self._loop.remove_reader(conn.fileno())
+        if not self._stopping:
+            threading.Thread(target=self._replace, name="twinstep-engine-restart",
+                             daemon=True).start()
+
+    def _replace(self) -> None:
+        """The child has ended: end what it held, and start another in its place."""
+        self._process.join()
+        self._halted = (f"the engine's process ended (exit code {self._process.exitcode}): "
+                        f"{self._reason or 'no reason given'}")
+        log.error("%s; its streams end, and another engine starts", self._halted)
+        self._sink.halt(self._halted)
+        self._loop.call_soon_threadsafe(self._fail_pending)
+        try:
+            self._launch()
+        except Exception:
+            log.exception("no engine could start again: requests are refused from now on")
+            return
+        self._halted = None
+        self._sink.restarted(self._view)
+        self._loop.call_soon_threadsafe(self._listen)
+        self._send("start")
 
     def _settle(self, ask: int, result) -> None:
         answer = self._pending.pop(ask, None)
@@ -201,14 +226,17 @@ class EngineProcess:
             answer.set_result(result)
 
     def _fail_pending(self) -> None:
-        pending, self._pending = self._pending, {}
-        for answer in pending.values():
-            if not answer.done():
-                answer.set_exception(EngineStopped("the engine stopped before it answered"))
+        for ask in list(self._pending):
+            self._fail(ask)
+
+    def _fail(self, ask: int) -> None:
+        answer = self._pending.pop(ask, None)
+        if answer is not None and not answer.done():
+            answer.set_exception(EngineStopped("the engine stopped before it answered"))
 
     def _open_gates(self) -> None:
         """Under `naive`: each step waits, in the child, until the readers have taken
         what the steps before it made."""
         while self._gates.get():
             self._sink.before_step()
-            self._wish("go")
+            self._send("go")

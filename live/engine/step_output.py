@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler import Event
+from scheduler import Event, TokenEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +25,16 @@ class StepOutput:
     @property
     def is_empty(self) -> bool:
         return not self.events and not self.admitted
+
+    def __reduce__(self):
+        # to an engine process's server, the tokens as plain tuples: a named tuple
+        # pickles by its class, at a microsecond or two a token on each side
+        rows = [tuple(e) if type(e) is TokenEvent else e for e in self.events]
+        return _unpacked, (rows, self.deltas, self.held, self.admitted, self.started)
+
+
+def _unpacked(rows: list, deltas: dict[str, str], held: dict[str, str], admitted: list[str],
+              started: float) -> StepOutput:
+    token = tuple.__new__
+    events = [token(TokenEvent, e) if type(e) is tuple else e for e in rows]
+    return StepOutput(events, deltas, held, admitted, started)

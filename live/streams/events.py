@@ -17,7 +17,7 @@ class Start:
     terminal: ClassVar[bool] = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every token, and a frozen one's __init__ costs 4x
 class Token:
     seq: int
     index: int

@@ -13,7 +13,7 @@ shutdown, the engine stopping for good — goes through one idempotent `_end`, a
 that raises ends its stream with an error, never the other streams' events.
 
 Only the asyncio thread touches streams; the engine's side (its stepping thread,
-or the thread that relays an engine process's messages) calls `before_step`,
+or the loop itself reading an engine process's messages) calls `before_step`,
 `deliver` and `after_step`, which hand over through a queue that the loop drains
 at one wake however many steps wait in it: a loop that lags behind fast steps
 applies the backlog policy once per stream for all of them. An engine that stops
@@ -245,9 +245,14 @@ class Hub:
             if stream is not None:
                 stream.admitted = output.started
         now = time.monotonic()
+        running = self._streams.running
         for e in output.events:
-            stream = self._streams.running(e.seq_id)
-            self._isolated(stream, self._event, e, stream, output, arrived, now)
+            stream = running(e.seq_id)
+            # `_isolated`, written out: this runs for every token
+            try:
+                self._event(e, stream, output, arrived, now)
+            except Exception:
+                self._failed(stream)
             if stream is not None:
                 touched[stream.seq_id] = stream
 
@@ -257,14 +262,18 @@ class Hub:
         try:
             handle(*args)
         except Exception:
-            log.exception("handling stream %s raised; it ends with an error",
-                          stream.id if stream is not None else "(unknown)")
-            if stream is None or stream.ended:
-                return
-            try:
-                self.close(stream, FinishReason.ERROR)
-            except Exception:
-                log.exception("ending stream %s raised", stream.id)
+            self._failed(stream)
+
+    def _failed(self, stream: Stream | None) -> None:
+        """Handling the stream raised (the exception being handled): it alone ends."""
+        log.exception("handling stream %s raised; it ends with an error",
+                      stream.id if stream is not None else "(unknown)")
+        if stream is None or stream.ended:
+            return
+        try:
+            self.close(stream, FinishReason.ERROR)
+        except Exception:
+            log.exception("ending stream %s raised", stream.id)
 
     def _event(self, e: Event, stream: Stream | None, output: StepOutput, arrived: float,
                now: float) -> None:

@@ -75,3 +75,22 @@ def test_a_tokenizer_that_cleans_up_spaces_keeps_its_own_decode(tok):
         def decode(self, ids, skip_special_tokens):
             return f"cleaned {ids} {skip_special_tokens}"
     assert decoder_of(CleaningUp())([1, 2]) == "cleaned [1, 2] True"
+
+
+def test_the_rust_incremental_decoder_makes_the_deltas_the_window_decodes_make(tok):
+    class Windowed:  # no Rust tokenizer: two decodes of a window a token
+        def decode(self, ids, skip_special_tokens):
+            return tok.decode(ids, skip_special_tokens=skip_special_tokens)
+    special = sorted(tok.all_special_ids)
+    rng = random.Random(5)
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    for _ in range(100):
+        prompt = tuple(rng.choice(ids) for _ in range(rng.randint(0, 6)))
+        made = [rng.choice(ids + special) for _ in range(rng.randint(1, 30))]
+        made += [rng.randrange(len(tok)) for _ in range(rng.randint(0, 3))]
+        stop = (rng.choice(["ü", " a", "🙂", "END"]),) if rng.random() < 0.5 else ()
+        fast, slow = TextStream(tok, prompt, stop), TextStream(Windowed(), prompt, stop)
+        whole = not tok.decode(prompt[-4:]).endswith("\ufffd")
+        assert (fast._stepper is not None) == whole and slow._stepper is None
+        assert [fast.push(i) for i in made] == [slow.push(i) for i in made]
+        assert fast.flush() == slow.flush() and fast.stopped == slow.stopped

@@ -2,6 +2,7 @@
 refusals, records and pool as an engine in the server's thread; a crash there ends
 the streams in flight with an error and another engine takes new requests behind
 the same socket."""
+import asyncio
 import functools
 import json
 import signal
@@ -136,3 +137,26 @@ def test_python_m_live_serve_engine_process(tmp_path, smollm2):
     assert '"engine_process": true' in process.stdout.read()
     records = [json.loads(line) for line in steps.read_text().splitlines()]
     assert records and all("duration_s" in r for r in records)
+
+
+def test_a_burst_of_requests_crosses_to_the_engine_process_while_its_steps_come_back():
+    # more submits than the socket between the processes holds, while the steps'
+    # outputs come back: a loop that blocked sending would never read again, and the
+    # engine, blocked sending to it, would never read the submits
+    engine = engine_process(num_blocks=65536, max_batch=512, max_waiting=1024)
+    prompts = [chr(33 + n % 90) * 200 for n in range(800)]
+
+    async def burst(url):
+        limits = httpx.Limits(max_connections=len(prompts))  # no connection reused
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+            return await asyncio.gather(*[
+                client.post("/v1/completions", json={"prompt": p, "max_tokens": 40})
+                for p in prompts])
+
+    with running_server(create_app(engine, engine.served, ServeSettings())) as url:
+        answers = asyncio.run(burst(url))
+        end = wait_idle(url)
+    assert [a.status_code for a in answers] == [200] * len(prompts)
+    assert {a.json()["usage"]["completion_tokens"] for a in answers} == {40}
+    assert end["admissions"] == end["releases"] == len(prompts)
+    assert end["blocks_free"] == end["num_blocks"]
