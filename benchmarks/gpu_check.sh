@@ -71,7 +71,7 @@ timeout "$BENCH_TIMEOUT_S" "$PYTHON" benchmarks/bench_gpu.py "${bench_args[@]}" 
 bench_rc=$?
 grep -E "^[0-9-]+ [0-9:,]+ \{" "$OUT/bench.log" | cut -c 1-200 | tail -n 40
 
-serving_args=(--rows own-h1-256 own-h2-256 --ttft-requests 20)
+serving_args=(--rows own-h1-256 --engine thread process --ttft-requests 20)
 [ -d "$GPU_TOKENIZER" ] && serving_args+=(--tokenizer "$PWD/$GPU_TOKENIZER")
 (cd benchmarks && timeout "$SERVING_TIMEOUT_S" "$PYTHON" bench_serving_path.py "${serving_args[@]}") \
   > "$OUT/serving.log" 2>&1

@@ -210,6 +210,7 @@ class EngineProcess:
         log.error("%s; its streams end, and another engine starts", self._halted)
         self._sink.halt(self._halted)
         self._loop.call_soon_threadsafe(self._fail_pending)
+        self._conn.close()
         try:
             self._launch()
         except Exception:
