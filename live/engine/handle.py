@@ -27,18 +27,18 @@ class StepSink(Protocol):
         """Before each step, in the stepping thread; may block (the `naive` policy)."""
 
     def deliver(self, output: StepOutput) -> None:
-        """A step's output (or a prefill pass's first tokens), from another thread."""
+        """A step's output (or a prefill pass's first tokens), from any thread."""
 
     def after_step(self, view: CoreView) -> None:
-        """The core's state after a step, behind its output, from another thread."""
+        """The core's state after a step, behind its output, from any thread."""
 
     def halt(self, reason: str) -> None:
-        """The engine has stopped for good, from another thread: it will never report
-        on the streams it held."""
+        """The engine has stopped for good, from any thread: it will never report on
+        the streams it held."""
 
     def restarted(self, view: CoreView) -> None:
-        """A new engine steps in place of one that stopped, from another thread; it
-        holds nothing yet."""
+        """A new engine steps in place of one that stopped, from any thread; it holds
+        nothing yet."""
 
 
 @dataclass(frozen=True, slots=True)
