@@ -15,7 +15,9 @@ import asyncio
 import itertools
 import logging
 import multiprocessing
+import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,10 @@ log = logging.getLogger("twinstep.engine")
 STOP_TIMEOUT_S = 30.0
 ASKS = ("submit", "steps")
 """The messages that carry an ask, answered by the child."""
+SOCKET_BUFFER_BYTES = 4 << 20
+"""How much of its steps the engine may send ahead of a loop that lags (the system's
+maximum, if lower): a loop that finds many steps waiting writes each stream's
+tokens of all of them at once."""
 MESSAGES_PER_WAKE = 64
 """Messages read at one wake of the loop, before the loop turns to its sockets."""
 
@@ -60,6 +66,8 @@ class EngineProcess:
     def _launch(self) -> None:
         context = multiprocessing.get_context("spawn")  # never fork a process that holds threads
         ours, theirs = context.Pipe()
+        _widen(theirs, socket.SO_SNDBUF)
+        _widen(ours, socket.SO_RCVBUF)
         process = context.Process(target=engine_child.run, name="twinstep-engine", daemon=True,
                                   args=(self._build, theirs, self._device, self._gated,
                                         logging.getLogger().getEffectiveLevel()))
@@ -241,3 +249,9 @@ class EngineProcess:
         while self._gates.get():
             self._sink.before_step()
             self._send("go")
+
+
+def _widen(conn, option: int) -> None:
+    """Ask for a socket buffer of `SOCKET_BUFFER_BYTES` (the kernel caps it)."""
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
