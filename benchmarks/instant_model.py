@@ -19,9 +19,9 @@ from transformers import AutoTokenizer
 
 from live import collector
 from live.engine.engine import Engine
-from live.engine.engine_process import EngineProcess
 from live.runner.models import embedded_gguf, gguf_cache
 from scheduler.settings import ServeSettings
+from live.serve import place_engine
 from live.server.app import create_app
 from live.server.uvicorn_server import LiveServer
 from live.server.validation import ServedModel
@@ -69,10 +69,7 @@ def build_engine(streams: int, step_s: float, per_sequence_s: float,
 def build_app(streams: int, step_s: float, per_sequence_s: float, settings: ServeSettings,
               tokenizer_dir: str | None = None):
     build = functools.partial(build_engine, streams, step_s, per_sequence_s, tokenizer_dir)
-    if settings.engine_process:
-        engine = EngineProcess(build, settings.device, settings.backlog_policy().engine_waits)
-        return create_app(engine, engine.served, settings)
-    return create_app(*build(), settings)
+    return create_app(*place_engine(build, settings), settings)
 
 
 def main(argv: list[str] | None = None) -> int:

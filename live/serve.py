@@ -7,11 +7,13 @@ import functools
 import importlib.util
 import json
 import logging
+from collections.abc import Callable
 
 from . import collector
 from .engine.engine import Engine
 from .engine.engine_process import EngineProcess
 from .engine.engine_thread import EngineThread
+from .engine.handle import EngineHandle
 from scheduler.settings import ServeSettings
 from .server.access import KeyRing
 from .server.app import create_app
@@ -53,14 +55,19 @@ def build_engine(settings: ServeSettings) -> tuple[Engine, ServedModel]:
                                runner.vocab_size)
 
 
-def serve(settings: ServeSettings, keys: KeyRing) -> int:
+def place_engine(build: Callable[[], tuple[Engine, ServedModel]],
+                 settings: ServeSettings) -> tuple[EngineHandle, ServedModel]:
+    """The engine `build` makes (a picklable callable), stepping where the settings
+    say: in a process of its own, or in a thread of this one."""
     if settings.engine_process:
-        engine = EngineProcess(functools.partial(build_engine, settings), settings.device,
-                               settings.backlog_policy().engine_waits)
-        served = engine.served
-    else:
-        built, served = build_engine(settings)
-        engine = EngineThread(built, settings.device)
+        engine = EngineProcess(build, settings.device, settings.backlog_policy().engine_waits)
+        return engine, engine.served
+    built, served = build()
+    return EngineThread(built, settings.device), served
+
+
+def serve(settings: ServeSettings, keys: KeyRing) -> int:
+    engine, served = place_engine(functools.partial(build_engine, settings), settings)
     config = engine.facts.config
     log.info("serving %s on http://%s:%d (device %s, %s; %d KV blocks of %d; batch %d; "
              "policy %s)", served.name, settings.host, settings.port, settings.device,

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import json
 import signal
+import time
 
 import httpx
 
@@ -108,14 +109,21 @@ def test_a_crashed_engine_ends_its_streams_and_another_takes_new_requests():
 
 
 def test_the_naive_gate_holds_an_engine_process_for_its_readers():
+    # events padded so that a reader's small socket is full after a few: under naive
+    # the engine's process takes no step while one of them waits to be written
     engine = engine_process(gated=True)
-    with running_server(create_app(engine, engine.served, ServeSettings(policy="naive"))) as url:
-        streams = [RawStream(url, "/v1/stream", {"prompt": p, "max_new_tokens": 20})
-                   for p in ("one", "two")]
-        answers = [stream.read_slowly(256, 0.01) for stream in streams]
+    settings = ServeSettings(policy="naive", event_padding=256 * 1024)
+    with running_server(create_app(engine, engine.served, settings)) as url:
+        slow = RawStream(url, "/v1/stream", {"prompt": "one", "max_new_tokens": 20},
+                         recv_buffer=4096)
+        assert slow.read_head() == 200
+        held = wait_for(lambda: (s := stats(url))["engine_waiting_for_readers"] and s,
+                        what="the engine to wait for the reader")
+        time.sleep(0.3)
+        assert stats(url)["step"] == held["step"] < 20
+        answer = slow.read_to_end()
         end = wait_idle(url)
-    for prompt, events in zip(("one", "two"), answers):
-        assert token_ids(events) == engine_alone([ord(c) for c in prompt], 20)[0]
+    assert token_ids(answer) == engine_alone([ord(c) for c in "one"], 20)[0]
     assert end["blocks_free"] == end["num_blocks"] and end["engine_waiting_for_readers"] is False
 
 
