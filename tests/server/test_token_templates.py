@@ -35,9 +35,9 @@ def test_every_format_renders_a_token_as_it_renders_it_whole(text, seq, token_id
     assert wire_stream.StreamRenderer("req-1").render(token) == own_whole("req-1", token)
     for chat in (True, False):
         for usage in ({}, {"include_usage": True}):
-            templated = wire_openai.ChunkRenderer(chat, "chatcmpl-1", "m", request(**usage))
-            whole = wire_openai.ChunkRenderer(chat, "chatcmpl-1", "m", request(**usage))
-            assert templated.render(token) == whole._chunk(text)
+            # one renderer for both: two would each stamp `created`, a second apart at times
+            renderer = wire_openai.ChunkRenderer(chat, "chatcmpl-1", "m", request(**usage))
+            assert renderer.render(token) == renderer._chunk(text)
     messages = wire_anthropic.MessageRenderer("msg_1", "m", ())
     assert messages.render(token) == messages._delta(text)
 
