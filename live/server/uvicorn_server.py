@@ -159,7 +159,11 @@ class LiveServer(uvicorn.Server):
         super().__init__(LiveConfig(
             ConnectionLimit(app, self.service, settings.max_connections, self), host=host,
             port=port, log_level=log_level, lifespan="on",
-            http="zttp" if settings.http2 else "auto", http2=settings.http2,
+            # httptools' C parser, not h11's pure Python: the loop is what limits the
+            # serving path. asyncio's loop even where uvloop is installed: with the
+            # engine in a process uvloop delivered fewer tokens/s (BENCHMARKS.md)
+            loop="asyncio", http="zttp" if settings.http2 else "httptools",
+            http2=settings.http2,
             timeout_graceful_shutdown=settings.shutdown_timeout_s,
             header_timeout_s=settings.header_timeout_s))
 
