@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from traces import SAMPLES_DIR, ClientMix, LeaveHow, TraceRequest, Uniform, generate, load_trace
+from traces.synthetic.conversations import conversations
 
 SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 """The public traces beside the project (not part of an installed package)."""
@@ -75,6 +76,33 @@ def azure_code(max_model_len: int) -> list[TraceRequest]:
                       max_new_tokens=32)
 
 
+def closed_1(max_model_len: int) -> list[TraceRequest]:
+    """One user in one conversation: each turn carries the turns before it, and goes
+    a moment after the answer before it was read."""
+    return _lengths_fit(conversations(users=1, turns=10, think_s=0.5, history=True,
+                                      prompt_lengths=Uniform(16, 64),
+                                      output_lengths=Uniform(24, 56), seed=21), max_model_len)
+
+
+def closed_8(max_model_len: int) -> list[TraceRequest]:
+    """Eight users holding conversations; a quarter of the turns are read slowly,
+    which delays that user's next turn."""
+    return _lengths_fit(conversations(users=8, turns=4, think_s=1.0, ramp_s=2.0, history=True,
+                                      prompt_lengths=Uniform(16, 128),
+                                      output_lengths=Uniform(16, 56),
+                                      clients=ClientMix(slow=0.25, slow_pause_s=0.12), seed=22),
+                        max_model_len)
+
+
+def closed_16(max_model_len: int) -> list[TraceRequest]:
+    """A load tool's "concurrency 16": each user sends its next request as soon as it
+    is done with the last, a tenth of them after leaving early."""
+    return _lengths_fit(conversations(users=16, turns=3, prompt_lengths=Uniform(32, 256),
+                                      output_lengths=Uniform(16, 56),
+                                      clients=ClientMix(leave=0.1, leave_after_tokens=8),
+                                      seed=23), max_model_len)
+
+
 def _later(r: TraceRequest, by_s: float, new_id: str) -> TraceRequest:
     return replace(r, id=new_id, arrival_s=r.arrival_s + by_s)
 
@@ -82,6 +110,7 @@ def _later(r: TraceRequest, by_s: float, new_id: str) -> TraceRequest:
 TRACES: dict[str, Callable[[int], list[TraceRequest]]] = {
     "mixed": mixed, "azure-saturated": azure_saturated, "bursty-long": bursty_long,
     "mooncake-long": mooncake_long, "azure-code": azure_code,
+    "closed-1": closed_1, "closed-8": closed_8, "closed-16": closed_16,
 }
 
 QUICK = (("mixed", "default"), ("mixed", "chunked-64"))

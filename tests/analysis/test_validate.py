@@ -14,6 +14,9 @@ from analysis.workloads import calibration_workload
 from scheduler.settings import ServeSettings
 from sim import load_profile
 from sim.profile import CPU_SMOLLM2
+from traces import ClientMix, Fixed, Uniform
+from traces.outcome import read_outcomes
+from traces.synthetic.conversations import conversations
 
 from analysis_helpers import mixed_trace, save_tiny_llama
 from live_server import running_server, tiny_app
@@ -78,3 +81,41 @@ def test_a_running_server_is_judged_at_its_own_settings_only(tmp_path, monkeypat
     assert [(v.trace, v.settings, v.runs) for v in verdicts] == [("mixed", "default", 1)]
     assert f"skipped: batch-4 (the server at {url} runs its own settings)" in logged
     assert engine.core.is_drained()
+
+
+def test_a_closed_loop_cell_runs_each_session_in_turn_live_and_simulated(model_dir, tmp_path,
+                                                                          monkeypatch):
+    # the matrix's closed-loop trace, scaled down: four users of three turns, each
+    # turn carrying the conversation, with a slow reader and leavers among them
+    think_s = 0.2
+    small = conversations(users=4, turns=3, think_s=think_s, history=True,
+                          prompt_lengths=Uniform(8, 24), output_lengths=Fixed(6),
+                          clients=ClientMix(slow=0.25, slow_pause_s=0.05, leave=0.25,
+                                            leave_after_tokens=2), seed=5)
+    monkeypatch.setitem(matrix.TRACES, "closed-8", lambda max_model_len: small)
+    settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
+    [verdict] = validate(settings, load_profile(CPU_SMOLLM2), [matrix.Cell("closed-8", "default")],
+                         2, tmp_path / "v", log=lambda *a: None)
+    assert verdict.counts_agree
+    assert verdict.counts["completed"] == {"live": [9, 9], "sim": 9}
+    assert verdict.counts["left"] == {"live": [3, 3], "sim": 3}
+    for run in ("run-1", "run-2"):
+        sent = {o.id: o for o in read_outcomes(tmp_path / "v" / "closed-8--default" / run
+                                               / "live-outcomes.parquet")}
+        for user in range(4):
+            for turn in (1, 2):
+                before, after = sent[f"u{user}-t{turn - 1}"], sent[f"u{user}-t{turn}"]
+                done = before.left_s if before.left_s is not None else before.finish_s
+                # a turn goes only once its user is done with the last, and has thought
+                assert after.arrival_s >= done + think_s - 1e-3
+
+
+def test_every_closed_loop_trace_fits_the_context_and_keeps_its_sessions():
+    for name in ("closed-1", "closed-8", "closed-16"):
+        trace = matrix.TRACES[name](512)
+        assert all(r.prompt_tokens + r.max_new_tokens <= 512 for r in trace)
+        users = {r.session for r in trace}
+        assert len(users) == int(name.split("-")[1])
+        for user in users:
+            turns = [r for r in trace if r.session == user]
+            assert [r.id for r in turns] == [f"{user}-t{t}" for t in range(len(turns))]
