@@ -53,7 +53,7 @@ log="$OUT/twin.log"
   PYTHON="$PYTHON" bash benchmarks/gpu_wheels.sh install "$work/site" "$GPU_WHEELS"
 } 2>&1 | tee "$log"
 export PYTHONPATH="$PYTHONPATH:$work/site"
-if ! "$PYTHON" -c 'import starlette, uvicorn, zttp, httpx, simpy, prometheus_client, numpy, scipy.optimize, matplotlib, tqdm' >> "$log" 2>&1; then
+if ! "$PYTHON" -c 'import starlette, uvicorn, httptools, zttp, httpx, simpy, prometheus_client, numpy, scipy.optimize, matplotlib, tqdm' >> "$log" 2>&1; then
   tail -n 3 "$log"
   echo "gpu_twin.sh: a package the twin run imports is missing (above); add its wheel to $GPU_WHEELS" >&2
   exit 2

@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-NEEDED=(starlette uvicorn zttp httpx simpy prometheus-client numpy scipy matplotlib tqdm pytest h2 psutil)
+NEEDED=(starlette uvicorn httptools zttp httpx simpy prometheus-client numpy scipy matplotlib tqdm pytest h2 psutil)
 
 fill() {
   local version=3.12 skip=scipy dir=out/gpu-wheels
@@ -64,7 +64,7 @@ tokenizer() {
   # The tokenizer of the embedded SmolLM2, as converted into the cache (converting
   # it once if needed): a random model of SmolLM2's shape is served with it there.
   local src
-  src=$(.venv/bin/python -c 'from live.models import embedded_gguf, gguf_cache; print(gguf_cache(embedded_gguf()))')
+  src=$(.venv/bin/python -c 'from live.runner.models import embedded_gguf, gguf_cache; print(gguf_cache(embedded_gguf()))')
   rm -rf out/gpu-tokenizer && mkdir -p out/gpu-tokenizer
   cp "$src"/tokenizer.json "$src"/tokenizer_config.json out/gpu-tokenizer/
   [ -f "$src"/chat_template.jinja ] && cp "$src"/chat_template.jinja out/gpu-tokenizer/
