@@ -96,7 +96,7 @@ def closed_8(max_model_len: int) -> list[TraceRequest]:
 
 def closed_16(max_model_len: int) -> list[TraceRequest]:
     """A load tool's "concurrency 16": each user sends its next request as soon as it
-    is done with the last, a tenth of them after leaving early."""
+    is done with the last; a tenth of the requests are left after 8 tokens."""
     return _lengths_fit(conversations(users=16, turns=3, prompt_lengths=Uniform(32, 256),
                                       output_lengths=Uniform(16, 56),
                                       clients=ClientMix(leave=0.1, leave_after_tokens=8),
