@@ -382,6 +382,22 @@ def stats(base_url: str, headers: dict | None = None) -> dict:
     return httpx.get(f"{base_url}/stats", headers=headers).json()
 
 
+def steady(url: str, predicate, polls: int = 3) -> dict:
+    """Wait until `predicate(stats)` holds for `polls` reads in a row with the step
+    count not moving: the engine is standing still in that state (a full socket can
+    take a few more events first, as the kernel grows its send buffer)."""
+    def check():
+        seen = []
+        for _ in range(polls):
+            s = stats(url)
+            if not predicate(s):
+                return None
+            seen.append(s["step"])
+            time.sleep(0.02)
+        return s if len(set(seen)) == 1 else None
+    return wait_for(check, what="a steady state")
+
+
 def wait_idle(base_url: str, headers: dict | None = None) -> dict:
     """/stats once nothing runs, waits, or holds a block."""
     def idle():

@@ -14,7 +14,7 @@ from live.engine.engine_process import EngineProcess
 from live.server.app import create_app
 from scheduler.settings import ServeSettings
 from live_server import (CrashingRunner, PacedRunner, RawStream, engine_alone, running_server,
-                         serve_command, stats, tiny_engine, wait_for, wait_idle)
+                         serve_command, stats, steady, tiny_engine, wait_for, wait_idle)
 from tiny_models import tiny_llama
 
 KEYS = ("alice:alice-secret-1",)
@@ -117,8 +117,7 @@ def test_the_naive_gate_holds_an_engine_process_for_its_readers():
         slow = RawStream(url, "/v1/stream", {"prompt": "one", "max_new_tokens": 20},
                          recv_buffer=4096)
         assert slow.read_head() == 200
-        held = wait_for(lambda: (s := stats(url))["engine_waiting_for_readers"] and s,
-                        what="the engine to wait for the reader")
+        held = steady(url, lambda s: s["engine_waiting_for_readers"])
         time.sleep(0.3)
         assert stats(url)["step"] == held["step"] < 20
         answer = slow.read_to_end()

@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.settings import ServeSettings
 from live_server import (PacedRunner, RawStream, ToyTokenizer, engine_alone, running_server,
-                         stats, tiny_app, wait_for, wait_idle)
+                         stats, steady, tiny_app, wait_for, wait_idle)
 
 PADDING = 256 * 1024
 """Loopback buffers take a few MB: with this, a stalled socket is full after ~12 events."""
@@ -29,21 +29,6 @@ def _slow(url: str, prompt: str, n: int) -> RawStream:
     return slow
 
 
-def _steady(url: str, predicate, polls: int = 3):
-    """Wait until `predicate(stats)` holds for `polls` reads in a row with the
-    step count not moving: the engine is standing still in that state."""
-    def check():
-        seen = []
-        for _ in range(polls):
-            s = stats(url)
-            if not predicate(s):
-                return None
-            seen.append(s["step"])
-            time.sleep(0.02)
-        return s if len(set(seen)) == 1 else None
-    return wait_for(check, what="a steady state")
-
-
 def _data(events):
     return [json.loads(e.data) for e in events]
 
@@ -54,7 +39,7 @@ def test_only_naive_lets_a_slow_reader_hold_up_the_others(policy):
     with running_server(app) as url:
         slow = _slow(url, "slow reader", 60)
         if policy == "naive":
-            blocked = _steady(url, lambda s: s["engine_waiting_for_readers"])
+            blocked = steady(url, lambda s: s["engine_waiting_for_readers"])
         else:
             # past where pause would put it back (2, half of max_queued): under pause
             # a full socket can leave it resting at 3 or 4, paused, whatever it held
@@ -65,7 +50,7 @@ def test_only_naive_lets_a_slow_reader_hold_up_the_others(policy):
             for f in fast:
                 f.read_events(1)  # the start event is written at once...
             # ...but no step runs while the slow reader's event waits to be written
-            assert _steady(url, lambda s: s["engine_waiting_for_readers"])["step"] == blocked["step"]
+            assert steady(url, lambda s: s["engine_waiting_for_readers"])["step"] == blocked["step"]
             released = time.time()
             slow.read_to_end()
             dones = [_data(f.read_to_end())[-1] for f in fast]
