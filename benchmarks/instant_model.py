@@ -20,12 +20,12 @@ from transformers import AutoTokenizer
 from live import collector
 from live.engine.engine import Engine
 from live.runner.models import embedded_gguf, gguf_cache
-from scheduler.settings import ServeSettings
 from live.serve import place_engine
 from live.server.app import create_app
 from live.server.uvicorn_server import LiveServer
 from live.server.validation import ServedModel
 from scheduler import SchedulerConfig
+from scheduler.settings import ServeSettings
 
 CONTEXT = 4096
 BLOCK_SIZE = 256
