@@ -56,9 +56,14 @@ class PagedContext:
 
 class DecodeAttention(Protocol):
     """How decoding sequences attend to their paged contexts: `context` turns the
-    step's block tables and context lengths into the form the attention reads."""
+    step's block tables and context lengths into the form the attention reads.
+    One that `attends_prompts` reads any number of rows a sequence, so a prefill's
+    rows take it too, `rows` saying how many each sequence has."""
 
-    def context(self, block_tables: list[list[int]], context_lens: list[int]): ...
+    attends_prompts: bool
+
+    def context(self, block_tables: list[list[int]], context_lens: list[int],
+                rows: list[int] | None = None): ...
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, context,
                  scale: float) -> torch.Tensor: ...
@@ -68,6 +73,7 @@ class DecodeAttention(Protocol):
 class ReferenceDecodeAttention:
     block_size: int
     device: torch.device
+    attends_prompts = False
 
     def context(self, block_tables: list[list[int]], context_lens: list[int]) -> PagedContext:
         return PagedContext.build(block_tables, context_lens, self.block_size, self.device)

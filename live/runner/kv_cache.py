@@ -45,18 +45,23 @@ def slot_mapping(block_table: list[int], start: int, end: int, block_size: int) 
 class BlockTables:
     """The decoding sequences' block tables as one `[sequences, width]` int32 grid
     (rows padded with block 0, never read past a context's end) and their context
-    lengths in tokens: how the decode kernels read the cache."""
+    lengths in tokens: how the decode kernels read the cache. A sequence may
+    own several rows (a prompt's tokens, each reading the prompt up to itself)."""
 
     tables: torch.Tensor
     lens: torch.Tensor
 
     @classmethod
     def build(cls, block_tables: list[list[int]], context_lens: list[int],
-              device: torch.device | str) -> BlockTables:
+              device: torch.device | str, rows: list[int] | None = None) -> BlockTables:
+        """`rows[i]`: how many rows in a row sequence i's table takes (1 each by
+        default); `context_lens` has one length per row."""
         width = max(len(t) for t in block_tables)
-        rows = [list(t) + [0] * (width - len(t)) for t in block_tables]
-        return cls(torch.tensor(rows, dtype=torch.int32, device=device),
-                   torch.tensor(context_lens, dtype=torch.int32, device=device))
+        tables = torch.tensor([list(t) + [0] * (width - len(t)) for t in block_tables],
+                              dtype=torch.int32, device=device)
+        if rows is not None:
+            tables = tables.repeat_interleave(torch.tensor(rows, device=device), dim=0)
+        return cls(tables, torch.tensor(context_lens, dtype=torch.int32, device=device))
 
 
 class PagedKVCache:

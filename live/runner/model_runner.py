@@ -4,9 +4,10 @@ admitted prompts (or their chunks) and decode every running sequence, in one pas
 Decode attention reads the cache in place (`attention.decode_attention_for`): on
 CUDA the Triton kernel, and when asked for, decode-only steps replay CUDA graphs
 (`cuda_graphs`), the device time of each step's forward measured with CUDA events;
-on the CPU a kernel compiled for the model's shape (`cpu.attention`), beside bf16
-projections on weights packed once for oneDNN (`linear`) and Llama's elementwise
-steps as compiled kernels (`layer_ops`)."""
+on the CPU a kernel compiled for the model's shape (`cpu.attention`), which
+prefill's rows read their prompts through as well, beside bf16 projections on
+weights packed once for oneDNN (`linear`) and Llama's elementwise steps as compiled
+kernels (`layer_ops`)."""
 from __future__ import annotations
 
 import importlib.util
@@ -128,7 +129,7 @@ class ModelRunner:
         chunks = [*seqs, *partials]
         # chunks that start their prompt first: their rows form the packed prompts
         order = sorted(chunks, key=lambda seq: seq.prefill_start > 0)
-        ids, positions, slots, starts, lengths, cached = [], [], [], [], [], []
+        ids, positions, slots = [], [], []
         last_row: dict[str, int] = {}
         for seq in order:
             prompt = seq.request.payload.prompt_ids
@@ -136,43 +137,81 @@ class ModelRunner:
                 raise ValueError(f"sequence {seq.id!r}: {len(prompt)} prompt ids, "
                                  f"prompt_len {seq.prompt_len}")
             start, n = seq.prefill_start, seq.chunk
-            row = len(ids)
+            ids.extend((prompt + tuple(seq.output))[start:start + n])
+            positions.extend(range(start, start + n))
+            slots.extend(slot_mapping(seq.block_table, start, start + n, self.block_size))
+            last_row[seq.id] = len(ids) - 1
+        packed = len(ids)
+        last_rows = [last_row[seq.id] for seq in seqs]
+        if decodes:
+            d_ids, d_positions, d_slots, _, _ = self._decode_rows(decodes)
+            ids += d_ids
+            positions += d_positions
+            slots += d_slots
+            last_rows += range(packed, packed + len(decodes))
+        slots_t = self._tensor(slots)
+        if self.decode_attention.attends_prompts:
+            attention = self._paged_rows(order, decodes)
+        else:
+            attention = self._spans(order, decodes)
+
+        def attend(layer, q, k, v, scale):
+            self.cache.write(layer, slots_t, k, v)
+            return attention(layer, q, k, v, scale)
+
+        ids_t, positions_t, last_rows_t = map(self._tensor, (ids, positions, last_rows))
+        return self._timed(lambda: self.arch.forward(ids_t, positions_t, attend, last_rows_t))
+
+    def _paged_rows(self, chunks: list[Sequence], decodes: list[Sequence]):
+        """Attention for a pass whose every row, prompt or decode, reads its context
+        through its block table (written before it is read): a chunk's row at
+        position p sees positions 0 to p. One kernel call a layer, whatever mix of
+        whole prompts, chunks over a cached prefix and decodes the pass holds."""
+        seqs = [*chunks, *decodes]
+        rows = [seq.chunk for seq in chunks] + [1] * len(decodes)
+        lens = [length for seq in chunks
+                for length in range(seq.prefill_start + 1, seq.prefill_start + seq.chunk + 1)]
+        lens += [seq.num_tokens for seq in decodes]
+        context = self.decode_attention.context([seq.block_table for seq in seqs], lens, rows)
+
+        def attention(layer, q, k, v, scale):
+            return self.decode_attention(q, self.cache.keys[layer], self.cache.values[layer],
+                                         context, scale)
+
+        return attention
+
+    def _spans(self, chunks: list[Sequence], decodes: list[Sequence]):
+        """Attention for a pass in three parts: the prompts that start in it, each
+        causal over itself; each chunk that continues a prompt, over the cache; the
+        decodes, through their block tables."""
+        starts, lengths, cached = [], [], []
+        row = 0
+        for seq in chunks:
+            start, n = seq.prefill_start, seq.chunk
             if start:
                 cached.append(CachedChunk.build(row, start, n, slot_mapping(
                     seq.block_table, 0, start + n, self.block_size), self.device))
             else:
                 starts.append(row)
                 lengths.append(n)
-            ids.extend((prompt + tuple(seq.output))[start:start + n])
-            positions.extend(range(start, start + n))
-            slots.extend(slot_mapping(seq.block_table, start, start + n, self.block_size))
-            last_row[seq.id] = row + n - 1
+            row += n
         prompts = self.prefill_attention.layout(PromptSpans(starts, lengths))
         fresh = sum(lengths)
-        packed = len(ids)
-        last_rows = [last_row[seq.id] for seq in seqs]
         context = None
         if decodes:
-            d_ids, d_positions, d_slots, tables, lens = self._decode_rows(decodes)
-            context = self.decode_attention.context(tables, lens)
-            ids += d_ids
-            positions += d_positions
-            slots += d_slots
-            last_rows += range(packed, packed + len(decodes))
-        slots_t = self._tensor(slots)
+            context = self.decode_attention.context([seq.block_table for seq in decodes],
+                                                    [seq.num_tokens for seq in decodes])
 
-        def attend(layer, q, k, v, scale):
-            self.cache.write(layer, slots_t, k, v)
+        def attention(layer, q, k, v, scale):
             k_cache, v_cache = self.cache.keys[layer], self.cache.values[layer]
             out = [self.prefill_attention(q[:fresh], k[:fresh], v[:fresh], prompts, scale)]
             out += [cached_chunk_attention(q[chunk.rows], k_cache, v_cache, chunk, scale)
                     for chunk in cached]
             if context is not None:
-                out.append(self.decode_attention(q[packed:], k_cache, v_cache, context, scale))
+                out.append(self.decode_attention(q[row:], k_cache, v_cache, context, scale))
             return out[0] if len(out) == 1 else torch.cat(out)
 
-        ids_t, positions_t, last_rows_t = map(self._tensor, (ids, positions, last_rows))
-        return self._timed(lambda: self.arch.forward(ids_t, positions_t, attend, last_rows_t))
+        return attention
 
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token per sequence (its last, at position num_tokens - 1) attending to

@@ -1,8 +1,10 @@
 """Causal attention of each prompt of a packed prefill batch over itself, with
-`prefill_attention_for` choosing how: one SDPA call per prompt (the CPU, where a
-call costs little and padding would cost compute), or on CUDA a few calls over
-prompts padded into `[prompts, longest]` grids (hundreds of per-prompt calls a
-layer would cost more in launches and Python than the attention itself).
+`prefill_attention_for` choosing how: one SDPA call per prompt (a CPU without the
+compiled kernel, which otherwise reads prompts through the block tables as it reads
+decodes: a call costs little there and padding would cost compute), or on CUDA a
+few calls over prompts padded into `[prompts, longest]` grids (hundreds of
+per-prompt calls a layer would cost more in launches and Python than the attention
+itself).
 
 Shapes: q `[tokens, heads, head_dim]`, k and v `[tokens, kv_heads, head_dim]`,
 the prompts laid end to end; grouped-query attention when kv_heads < heads."""

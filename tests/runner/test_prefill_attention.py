@@ -1,11 +1,14 @@
 """Prefill attention over padded grids (the CUDA path) against one SDPA call per
-prompt (the CPU path): prompts of many lengths packed end to end, grouped-query and
-multi-head, grids cut by the mask budget, and a runner's logits either way."""
+prompt (the path without a compiled kernel): prompts of many lengths packed end to
+end, grouped-query and multi-head, grids cut by the mask budget, and a runner's
+logits either way; and the CPU kernel's path, every row of a pass read through the
+block tables, against those spans."""
 import pytest
 import torch
 
 from live.runner import prefill_attention as pa
 from live.runner.prefill_attention import PaddedPrefill, PerPromptPrefill, PromptSpans
+from test_runner_bf16 import TOLERANCE, relative
 
 LENGTHS = [5, 1, 64, 17, 200, 18, 3]
 
@@ -57,9 +60,9 @@ def test_a_runner_prefilling_on_grids_gives_the_reference_logits(family):
 
     model = tiny_gpt2() if family == "gpt2" else tiny_llama(
         hidden_size=96, num_attention_heads=6, num_key_value_heads=2)
-    reference = ModelRunner(model, num_blocks=64, block_size=4)
-    on_grids = ModelRunner(model, num_blocks=64, block_size=4)
-    on_grids.prefill_attention = PaddedPrefill(torch.device("cpu"))
+    reference, on_grids = (spans_runner(model) for _ in range(2))
+    grids = PaddedPrefill(torch.device("cpu"))
+    on_grids.prefill_attention = Counted(grids)
     core = Scheduler(SchedulerConfig(num_blocks=64, block_size=4))
     prefills = []
 
@@ -74,3 +77,74 @@ def test_a_runner_prefilling_on_grids_gives_the_reference_logits(family):
                             2: [request("d", prompt(23, 4), 4), request("e", prompt(9, 5), 2)]},
           execute)
     assert core.is_drained() and prefills[0] == 3 and 2 in prefills
+    layers = model.config.num_hidden_layers
+    assert on_grids.prefill_attention.calls == layers * sum(1 for n in prefills if n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("family", ["gpt2", "llama-group-3"])
+def test_the_cpu_kernel_reads_every_row_of_a_prefill_as_the_spans_do(family, dtype):
+    """Whole prompts, chunks over a cached prefix and decodes in one pass, each row
+    through its block table with one kernel call a layer, against the three-part
+    path; SDPA is never called."""
+    from live.runner.cpu.attention import CpuDecodeAttention
+    from live.runner.model_runner import ModelRunner
+    from scheduler import Scheduler, SchedulerConfig
+    from tiny_models import drive, prompt, request, tiny_gpt2, tiny_llama
+
+    model = tiny_gpt2() if family == "gpt2" else tiny_llama(
+        hidden_size=144, num_attention_heads=9, num_key_value_heads=3)
+    model = model.to(dtype)
+    paged = ModelRunner(model, num_blocks=64, block_size=4, dtype=dtype)
+    assert isinstance(paged.decode_attention, CpuDecodeAttention)
+    paged.decode_attention = Counted(paged.decode_attention)
+    paged.prefill_attention = None  # the paged path never asks for it
+    reference = spans_runner(model, dtype)
+    core = Scheduler(SchedulerConfig(num_blocks=64, block_size=4, max_prefill_tokens=9,
+                                     chunked_prefill=True))
+    seen = {"steps": 0, "chunked": 0, "mixed": 0}
+
+    def execute(plan):
+        expected = reference.forward_logits(plan)
+        got = paged.forward_logits(plan)
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, expected, atol=5e-4, rtol=5e-4)
+        else:  # each path rounds to bf16 in its own places
+            assert relative(got.float(), expected.float(), expected.float()) < TOLERANCE
+        seen["steps"] += 1
+        if plan.chunks:
+            seen["chunked"] += any(s.prefill_start for s in plan.chunks)
+            seen["mixed"] += bool(plan.decodes)
+        return reference.sampler.sample(expected, plan.sequences)
+
+    drive(core, reference, {0: [request("a", prompt(6, 1), 5), request("b", prompt(30, 2), 4),
+                                request("c", prompt(1, 3), 3)],
+                            3: [request("d", prompt(23, 4), 4), request("e", prompt(2, 5), 2)]},
+          execute)
+    assert core.is_drained() and seen["chunked"] >= 3 and seen["mixed"] >= 2
+    assert paged.decode_attention.calls == model.config.num_hidden_layers * seen["steps"]
+
+
+class Counted:
+    """An attention that counts its calls."""
+
+    def __init__(self, attention):
+        self.attention, self.calls = attention, 0
+
+    def __getattr__(self, name):
+        return getattr(self.attention, name)
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.attention(*args)
+
+
+def spans_runner(model, dtype=torch.float32):
+    """A CPU runner on the reference decode attention, which takes the three-part
+    prefill: SDPA per prompt, cached chunks, decodes."""
+    from live.runner.attention import ReferenceDecodeAttention
+    from live.runner.model_runner import ModelRunner
+
+    runner = ModelRunner(model, num_blocks=64, block_size=4, dtype=dtype)
+    runner.decode_attention = ReferenceDecodeAttention(4, torch.device("cpu"))
+    return runner

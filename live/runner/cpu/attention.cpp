@@ -1,7 +1,9 @@
-// Decode attention on the CPU, reading K and V straight from the paged cache
-// through each sequence's block table: nothing is gathered into copies.
+// Attention on the CPU, reading K and V straight from the paged cache through
+// each row's block table: nothing is gathered into copies. A row is a decoding
+// sequence's query, or one token of a prompt being prefilled (its K and V written
+// before, its context the prompt up to itself).
 //
-// One task per sequence, shared out over the threads torch uses when the contexts
+// One task per row, shared out over the threads torch uses when the contexts
 // are large enough to pay for waking them. A task walks its context a tile of
 // tokens at a time, each token's slot (every KV head's K, then V, side by side)
 // read whole and in order while the next tile's slots are prefetched: reading one
@@ -19,6 +21,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include "bf16.h"
 
 namespace {
@@ -28,9 +32,61 @@ constexpr int64_t PARALLEL_ELEMENTS = 1 << 18;  // of K read, at most, by a step
 constexpr int64_t SLOT = KV_HEADS * HEAD_DIM;  // one token's K (or V) in the cache
 constexpr int LINE = 64;
 
-inline int64_t slot_of(const int32_t* table, int64_t position, int64_t block_size) {
-    return int64_t(table[position / block_size]) * block_size + position % block_size;
-}
+// A context walked a tile of tokens at a time: each tile's offsets in the cache
+// (in elements), while the next tile's slots are prefetched. Positions advance
+// block by block: a division per token cost more than the scores it fed.
+template <typename T>
+class Tiles {
+  public:
+    Tiles(const int32_t* table, int64_t length, int64_t block_size, const T* k_cache,
+          const T* v_cache)
+        : table_(table), length_(length), block_size_(block_size), k_(k_cache), v_(v_cache) {
+        fill(upcoming_, 0);
+    }
+
+    // Moves to the next tile; false past the context's end.
+    bool next() {
+        if (start_ + count >= length_) return false;
+        start_ += count;
+        count = length_ - start_ < TILE ? length_ - start_ : TILE;
+        std::memcpy(offsets, upcoming_, sizeof offsets);
+        const int64_t after = start_ + count;
+        if (after < length_) {
+            fill(upcoming_, after);
+            const int64_t ahead = length_ - after < TILE ? length_ - after : TILE;
+            for (int64_t t = 0; t < ahead; ++t) {
+                const char* k = reinterpret_cast<const char*>(k_ + upcoming_[t]);
+                const char* v = reinterpret_cast<const char*>(v_ + upcoming_[t]);
+                for (int64_t byte = 0; byte < int64_t(SLOT * sizeof(T)); byte += LINE) {
+                    __builtin_prefetch(k + byte);
+                    __builtin_prefetch(v + byte);
+                }
+            }
+        }
+        return true;
+    }
+
+    int64_t count = 0;
+    int64_t offsets[TILE];
+
+  private:
+    void fill(int64_t* out, int64_t start) const {
+        int64_t block = start / block_size_, within = start - block * block_size_;
+        const int64_t end = length_ - start < TILE ? length_ : start + TILE;
+        for (int64_t t = 0; t < end - start; ++t) {
+            out[t] = (int64_t(table_[block]) * block_size_ + within) * SLOT;
+            if (++within == block_size_) {
+                within = 0;
+                ++block;
+            }
+        }
+    }
+
+    const int32_t* table_;
+    int64_t length_, block_size_;
+    const T *k_, *v_;
+    int64_t start_ = 0, upcoming_[TILE];
+};
 
 // q and out: the sequence's [KV_HEADS * GROUP, HEAD_DIM] rows.
 template <typename T>
@@ -39,7 +95,6 @@ void attend_one(const T* q, const T* k_cache, const T* v_cache, const int32_t* t
     float query[KV_HEADS][GROUP][HEAD_DIM], acc[KV_HEADS][GROUP][HEAD_DIM];
     float top[KV_HEADS][GROUP], total[KV_HEADS][GROUP], scores[KV_HEADS][GROUP][TILE];
     float row[SLOT];
-    int64_t offsets[TILE];
     for (int h = 0; h < KV_HEADS; ++h)
         for (int g = 0; g < GROUP; ++g) {
             for (int d = 0; d < HEAD_DIM; ++d) {
@@ -49,18 +104,10 @@ void attend_one(const T* q, const T* k_cache, const T* v_cache, const int32_t* t
             top[h][g] = -FLT_MAX;
             total[h][g] = 0.f;
         }
-    for (int64_t start = 0; start < length; start += TILE) {
-        const int64_t count = length - start < TILE ? length - start : TILE;
-        for (int64_t t = 0; t < count; ++t) offsets[t] = slot_of(table, start + t, block_size) * SLOT;
-        for (int64_t position = start + TILE; position < start + 2 * TILE && position < length;
-             ++position) {
-            const char* k = reinterpret_cast<const char*>(k_cache + slot_of(table, position, block_size) * SLOT);
-            const char* v = reinterpret_cast<const char*>(v_cache + slot_of(table, position, block_size) * SLOT);
-            for (int64_t byte = 0; byte < int64_t(SLOT * sizeof(T)); byte += LINE) {
-                __builtin_prefetch(k + byte);
-                __builtin_prefetch(v + byte);
-            }
-        }
+    Tiles<T> tiles(table, length, block_size, k_cache, v_cache);
+    while (tiles.next()) {
+        const int64_t count = tiles.count;
+        const int64_t* offsets = tiles.offsets;
         for (int64_t t = 0; t < count; ++t) {
             const T* key = k_cache + offsets[t];
             for (int64_t d = 0; d < SLOT; ++d) row[d] = widen(key[d]);
@@ -98,6 +145,121 @@ void attend_one(const T* q, const T* k_cache, const T* v_cache, const int32_t* t
             for (int d = 0; d < HEAD_DIM; ++d)
                 store(acc[h][g][d] / total[h][g], out + (h * GROUP + g) * HEAD_DIM + d);
 }
+
+#if defined(__AVX512BF16__) && HEAD_DIM % 32 == 0
+// bf16 on a CPU with AVX-512 bf16: a query and a key meet in `vdpbf16ps`, 32 of
+// their pairs a call, each product exact in float32 and summed there, so the score
+// is the generic loop's up to the order of its sums (and `scale` applied to the sum
+// rather than to the query); nothing is widened first. The weighted sum of the
+// values stays float32, a head's accumulators held in registers across its tile.
+constexpr int PAIRS = HEAD_DIM / 32;  // vectors of 32 bf16 in a head
+constexpr int LANES = HEAD_DIM / 16;  // vectors of 16 float32 in a head
+
+inline __m512 widen16(const uint16_t* x) {
+    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
+// The sums of 16 vectors, one lane each: `parts[s]` holds the lanes of the sum
+// that lands in lane `transposed(s)`. Four rounds of swaps and adds, 45 operations
+// where a reduction of each vector alone takes about 8 apiece.
+constexpr int transposed(int s) { return 4 * (s % 4) + s / 4; }
+
+inline __m512 sums16(const __m512* parts) {
+    __m512 b[8], c[4], d[2];
+    for (int k = 0; k < 8; ++k)  // quarters 0-1 hold parts[2k]'s halves summed, 2-3 parts[2k+1]'s
+        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(parts[2 * k], parts[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(parts[2 * k], parts[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; ++k)  // quarter i holds parts[4k+i]'s quarters summed
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0xDD));
+    for (int k = 0; k < 2; ++k)
+        d[k] = _mm512_add_ps(_mm512_unpacklo_ps(c[2 * k], c[2 * k + 1]),
+                             _mm512_unpackhi_ps(c[2 * k], c[2 * k + 1]));
+    return _mm512_add_ps(
+        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(d[0]), _mm512_castps_pd(d[1]))),
+        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d[0]), _mm512_castps_pd(d[1]))));
+}
+
+inline void attend_one(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                       const int32_t* table, int64_t length, uint16_t* out, int64_t block_size,
+                       float scale) {
+    __m512bh query[KV_HEADS][GROUP][PAIRS];
+    __m512 acc[KV_HEADS][GROUP][LANES];
+    alignas(64) float scores[KV_HEADS][GROUP][TILE];
+    float top[KV_HEADS][GROUP], total[KV_HEADS][GROUP];
+    __m512 dots[KV_HEADS][GROUP][TILE];  // a tile's scores, each before its lanes are summed
+    for (int h = 0; h < KV_HEADS; ++h)
+        for (int g = 0; g < GROUP; ++g) {
+            for (int c = 0; c < PAIRS; ++c)
+                query[h][g][c] = (__m512bh)_mm512_loadu_si512(q + (h * GROUP + g) * HEAD_DIM + c * 32);
+            for (int l = 0; l < LANES; ++l) acc[h][g][l] = _mm512_setzero_ps();
+            top[h][g] = -FLT_MAX;
+            total[h][g] = 0.f;
+        }
+    Tiles<uint16_t> tiles(table, length, block_size, k_cache, v_cache);
+    while (tiles.next()) {
+        const int64_t count = tiles.count;
+        const int64_t* offsets = tiles.offsets;
+        for (int64_t t = 0; t < count; ++t) {
+            const uint16_t* key = k_cache + offsets[t];
+            for (int h = 0; h < KV_HEADS; ++h) {
+                __m512bh k[PAIRS];
+                for (int c = 0; c < PAIRS; ++c)
+                    k[c] = (__m512bh)_mm512_loadu_si512(key + h * HEAD_DIM + c * 32);
+                for (int g = 0; g < GROUP; ++g) {
+                    __m512 dot = _mm512_setzero_ps();
+                    for (int c = 0; c < PAIRS; ++c) dot = _mm512_dpbf16_ps(dot, query[h][g][c], k[c]);
+                    dots[h][g][transposed(t)] = dot;
+                }
+            }
+        }
+        // a short last tile sums zeros past its count, never read
+        for (int64_t t = count; t < TILE; ++t)
+            for (int h = 0; h < KV_HEADS; ++h)
+                for (int g = 0; g < GROUP; ++g) dots[h][g][transposed(int(t))] = _mm512_setzero_ps();
+        // The softmax a whole tile at a time, one vector exp for its 16 scores: lanes
+        // past a short tile's count are set 80 below the maximum, whose exp (about
+        // 1e-35, a normal float) adds nothing to a sum of at least 1 and is never
+        // multiplied by a value.
+        const __mmask16 valid = __mmask16((1u << count) - 1);
+        const __m512 by = _mm512_set1_ps(scale), far = _mm512_set1_ps(-80.f);
+        for (int h = 0; h < KV_HEADS; ++h)
+            for (int g = 0; g < GROUP; ++g) {
+                const __m512 dot = _mm512_mul_ps(sums16(dots[h][g]), by);
+                const float most = _mm512_mask_reduce_max_ps(valid, dot);
+                const float high = most > top[h][g] ? most : top[h][g];
+                const float rescale = std::exp(top[h][g] - high);
+                float* p = scores[h][g];
+                _mm512_store_ps(p, _mm512_mask_sub_ps(far, valid, dot, _mm512_set1_ps(high)));
+#pragma omp simd aligned(p : 64)
+                for (int t = 0; t < TILE; ++t) p[t] = std::exp(p[t]);
+                total[h][g] = total[h][g] * rescale + _mm512_reduce_add_ps(_mm512_load_ps(p));
+                const __m512 shrink = _mm512_set1_ps(rescale);
+                for (int l = 0; l < LANES; ++l) acc[h][g][l] = _mm512_mul_ps(acc[h][g][l], shrink);
+                top[h][g] = high;
+            }
+        for (int h = 0; h < KV_HEADS; ++h)
+            for (int64_t t = 0; t < count; ++t) {
+                const uint16_t* value = v_cache + offsets[t] + h * HEAD_DIM;
+                __m512 v[LANES];
+                for (int l = 0; l < LANES; ++l) v[l] = widen16(value + l * 16);
+                for (int g = 0; g < GROUP; ++g) {
+                    const __m512 p = _mm512_set1_ps(scores[h][g][t]);
+                    for (int l = 0; l < LANES; ++l) acc[h][g][l] = _mm512_fmadd_ps(p, v[l], acc[h][g][l]);
+                }
+            }
+    }
+    for (int h = 0; h < KV_HEADS; ++h)
+        for (int g = 0; g < GROUP; ++g) {
+            const __m512 by = _mm512_set1_ps(total[h][g]);
+            for (int l = 0; l < LANES; ++l)  // rounded to nearest even, as `store` rounds
+                _mm256_storeu_si256(
+                    reinterpret_cast<__m256i*>(out + (h * GROUP + g) * HEAD_DIM + l * 16),
+                    (__m256i)_mm512_cvtneps_pbh(_mm512_div_ps(acc[h][g][l], by)));
+        }
+}
+#endif
 
 // q and out [seqs, KV_HEADS * GROUP, HEAD_DIM], caches [blocks, block_size, KV_HEADS,
 // HEAD_DIM], tables [seqs, width] (int32), lengths [seqs] (int32, each at least 1);

@@ -37,8 +37,11 @@ class CpuDecodeAttention:
             kernel.argtypes, kernel.restype = _ARGS, None
             self._kernels[dtype] = kernel
 
-    def context(self, block_tables: list[list[int]], context_lens: list[int]) -> BlockTables:
-        return BlockTables.build(block_tables, context_lens, "cpu")
+    attends_prompts = True
+
+    def context(self, block_tables: list[list[int]], context_lens: list[int],
+                rows: list[int] | None = None) -> BlockTables:
+        return BlockTables.build(block_tables, context_lens, "cpu", rows)
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  context: BlockTables, scale: float) -> torch.Tensor:
