@@ -2,9 +2,13 @@
 through their block tables (the core's `BlockPool` hands the block ids out)."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+
+log = logging.getLogger("twinstep.runner")
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,31 @@ class BlockTables:
         return cls(tables, torch.tensor(context_lens, dtype=torch.int32, device=device))
 
 
+class KVWrite(Protocol):
+    def __call__(self, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                 k: torch.Tensor, v: torch.Tensor) -> None:
+        """Rows of `k` and `v` into the caches' rows `slots` (caches `[slots, kv_heads,
+        head_dim]`, rows `[tokens, kv_heads, head_dim]`)."""
+
+
+def index_write(k_cache, v_cache, slots, k, v) -> None:
+    k_cache.index_copy_(0, slots, k)
+    v_cache.index_copy_(0, slots, v)
+
+
+def kv_write_for(device: torch.device) -> KVWrite:
+    """The compiled copy on the CPU when it builds; else torch's `index_copy_`."""
+    if device.type == "cpu":
+        from .cpu.build import NativeBuildError
+        from .cpu.kv_write import CpuKVWrite
+        try:
+            return CpuKVWrite()
+        except NativeBuildError as exc:
+            log.warning("the CPU cache-write kernel is not available, K and V are stored "
+                        "with torch's index_copy_: %s", exc)
+    return index_write
+
+
 class PagedKVCache:
     def __init__(self, layout: KVLayout, num_blocks: int, block_size: int,
                  device: torch.device | str, dtype: torch.dtype):
@@ -74,9 +103,10 @@ class PagedKVCache:
         storage = torch.zeros(shape, device=device, dtype=dtype)  # one allocation for all
         self.keys: list[torch.Tensor] = list(storage[0].unbind(0))
         self.values: list[torch.Tensor] = list(storage[1].unbind(0))
+        self._write = kv_write_for(torch.device(device))
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store K and V (`[tokens, kv_heads, head_dim]`) of one layer at `slots`."""
         heads, dim = self.layout.kv_heads, self.layout.head_dim
-        self.keys[layer].view(-1, heads, dim).index_copy_(0, slots, k)
-        self.values[layer].view(-1, heads, dim).index_copy_(0, slots, v)
+        self._write(self.keys[layer].view(-1, heads, dim), self.values[layer].view(-1, heads, dim),
+                    slots, k, v)

@@ -10,6 +10,8 @@ import torch
 from live.runner.cpu import build
 from live.runner.attention import ReferenceDecodeAttention
 from live.runner.cpu.attention import CpuDecodeAttention
+from live.runner.cpu.kv_write import CpuKVWrite
+from live.runner.kv_cache import index_write
 from live.runner.model_runner import ModelRunner
 from paged_cases import LENGTHS, random_case, reference, strided_case
 from tiny_models import drive, make, prompt, request, tiny_llama
@@ -108,6 +110,7 @@ def test_without_a_compiler_the_runner_takes_the_reference_path(tmp_path, monkey
     model = tiny_llama()
     core, runner = make(model)
     assert isinstance(runner.decode_attention, ReferenceDecodeAttention)
+    assert runner.cache._write is index_write
     with pytest.raises(build.NativeBuildError, match="no C\\+\\+ compiler"):
         CpuDecodeAttention(4, 2, 16)
 
@@ -116,6 +119,7 @@ def test_without_a_compiler_the_runner_takes_the_reference_path(tmp_path, monkey
     monkeypatch.delenv("CXX")
     compiled_core, compiled = make(model)
     assert isinstance(compiled.decode_attention, CpuDecodeAttention)
+    assert isinstance(compiled.cache._write, CpuKVWrite)
     assert outputs == drive(compiled_core, compiled,
                             {0: [request("a", prompt(9, 1), 6), request("b", prompt(3, 2), 6)]})
     assert core.is_drained() and compiled_core.is_drained()

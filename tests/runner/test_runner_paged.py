@@ -1,12 +1,13 @@
-"""The paged KV cache and the decode attention that reads it through block tables,
-against a dense reference; sizing the cache from a memory budget; refusals."""
+"""The paged KV cache (its writes, torch's and the CPU kernel's) and the decode
+attention that reads it through block tables, against a dense reference; sizing
+the cache from a memory budget; refusals."""
 import pytest
 import torch
 from transformers import GPT2Config
 
 from live.runner.architectures import kv_layout, rope_frequencies
 from live.runner.attention import PagedContext, paged_decode_attention
-from live.runner.kv_cache import KVLayout, PagedKVCache, blocks_for_budget, slot_mapping
+from live.runner.kv_cache import KVLayout, PagedKVCache, blocks_for_budget, index_write, slot_mapping
 from live.runner.model_runner import ModelRunner
 from tiny_models import tiny_gpt2, tiny_llama
 
@@ -24,6 +25,34 @@ def test_write_lands_in_the_slots_block_and_offset():
     cache.write(1, torch.tensor([9, 2]), k, v)
     assert torch.equal(cache.keys[1][2, 1], k[0]) and torch.equal(cache.values[1][0, 2], v[1])
     assert cache.keys[0].abs().sum() == 0  # other layers untouched
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cpu_write_stores_the_rows_torch_stores(dtype):
+    """From strided views of a fused projection, as the model hands K and V over."""
+    from live.runner.cpu.kv_write import CpuKVWrite
+    g = torch.Generator().manual_seed(0)
+    fused = torch.randn(7, 3 * 2 * 8, generator=g).to(dtype)
+    k, v = fused[:, 16:32].view(7, 2, 8), fused[:, 32:].view(7, 2, 8)
+    assert not k.is_contiguous()
+    slots = torch.tensor([5, 0, 19, 6, 7, 12, 3])
+    compiled, reference = (torch.zeros(2, 20, 2, 8, dtype=dtype) for _ in range(2))
+    CpuKVWrite()(compiled[0], compiled[1], slots, k, v)
+    index_write(reference[0], reference[1], slots, k, v)
+    assert torch.equal(compiled, reference) and compiled.abs().sum() > 0
+
+
+def test_a_slot_outside_the_cache_is_refused_and_nothing_is_written():
+    from live.runner.cpu.kv_write import CpuKVWrite
+    cache = torch.zeros(2, 8, 2, 3)
+    k = v = torch.ones(3, 2, 3)
+    with pytest.raises(IndexError, match="1 of 3 slots are outside the cache's 8"):
+        CpuKVWrite()(cache[0], cache[1], torch.tensor([1, 8, 2]), k, v)
+    with pytest.raises(IndexError):
+        CpuKVWrite()(cache[0], cache[1], torch.tensor([-1, 3, 2]), k, v)
+    assert cache.abs().sum() == 0
+    with pytest.raises(ValueError, match="rows"):
+        CpuKVWrite()(cache[0], cache[1], torch.tensor([0, 1, 2]), k.double(), v.double())
 
 
 def test_blocks_for_budget():
