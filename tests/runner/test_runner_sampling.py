@@ -77,6 +77,24 @@ def test_greedy_on_the_cpu_is_argmax_for_any_vocabulary(vocab, dtype):
     assert Sampler().sample(logits, [seq(f"s{i}") for i in range(5)]) == logits.argmax(-1).tolist()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_over_a_decode_batch_shares_its_rows_out_and_picks_as_argmax(dtype):
+    """128 rows of SmolLM2's vocabulary: enough logits for the rows to be shared
+    over the threads; each thread count picks torch's argmax, ties included."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randint(-50, 50, (128, 49_152), generator=g).to(dtype)
+    greedy = CpuGreedy()
+    threads = torch.get_num_threads()
+    try:
+        picks = []
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            picks.append(greedy(logits).tolist())
+    finally:
+        torch.set_num_threads(threads)
+    assert picks[0] == picks[1] == picks[2] == logits.argmax(-1).tolist()
+
+
 def test_without_a_compiler_greedy_takes_torchs_max(tmp_path, monkeypatch):
     monkeypatch.setenv("TWINSTEP_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "no-such-compiler")

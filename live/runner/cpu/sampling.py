@@ -20,7 +20,8 @@ class CpuGreedy:
         self._kernels = {}
         for dtype in DTYPES:
             kernel = getattr(library, f"greedy_{str(dtype).removeprefix('torch.')}")
-            kernel.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+            kernel.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                               ctypes.c_int]
             kernel.restype = None
             self._kernels[dtype] = kernel
 
@@ -31,5 +32,5 @@ class CpuGreedy:
         logits = logits.contiguous()
         out = torch.empty(logits.shape[0], dtype=torch.long)
         self._kernels[logits.dtype](logits.data_ptr(), logits.shape[0], logits.shape[1],
-                                    out.data_ptr())
+                                    out.data_ptr(), torch.get_num_threads())
         return out
