@@ -4,8 +4,8 @@ admitted prompts (or their chunks) and decode every running sequence, in one pas
 Decode attention reads the cache in place (`attention.decode_attention_for`): on
 CUDA the Triton kernel, and when asked for, decode-only steps replay CUDA graphs
 (`cuda_graphs`), the device time of each step's forward measured with CUDA events;
-on the CPU a kernel compiled for the model's shape (`cpu.attention`), which
-prefill's rows read their prompts through as well, beside bf16 projections on
+on the CPU a kernel compiled for the model's shape (`cpu.attention`), which the
+rows of short prompts read their prompts through as well, beside bf16 projections on
 weights packed once for oneDNN (`linear`) and Llama's elementwise steps as compiled
 kernels (`layer_ops`)."""
 from __future__ import annotations
@@ -30,6 +30,15 @@ PREFILL_PASS_ROWS = 2048
 than that runs alone): beyond it a layer's activations outgrow the caches, and
 SmolLM2 prefilling 128 prompts of 48 tokens took 3.0 s in one pass of 6,144 rows
 against 2.3 s in three (one thread)."""
+
+
+TABLED_CONTEXT = 128
+"""On a decode attention that attends prompts (the CPU kernel), the longest context
+a prefill's rows read through their block tables, one row at a time; a longer chunk
+takes SDPA, whose matrix products outrun rows beyond it (SmolLM2 in fp32 on one
+thread, a prompt of 512 tokens: 1.7 against 1.4 s, of 2,048: 14.6 against 7.0 s).
+Below it the kernel is level with SDPA or ahead: 128 prompts of 48 tokens in bf16
+spent 262 against 474 ms in attention, one SDPA call a prompt and layer."""
 
 
 class ModelRunner:
@@ -127,8 +136,9 @@ class ModelRunner:
     def _prefill_pass(self, seqs: list[Sequence], partials: list[Sequence],
                       decodes: list[Sequence]) -> torch.Tensor:
         chunks = [*seqs, *partials]
-        # chunks that start their prompt first: their rows form the packed prompts
-        order = sorted(chunks, key=lambda seq: seq.prefill_start > 0)
+        # rows: prompts that start in the pass, chunks that continue one, the chunks
+        # read through their block tables, then the decodes (see `_attention`)
+        order = sorted(chunks, key=lambda seq: 2 if self._tabled(seq) else seq.prefill_start > 0)
         ids, positions, slots = [], [], []
         last_row: dict[str, int] = {}
         for seq in order:
@@ -150,10 +160,7 @@ class ModelRunner:
             slots += d_slots
             last_rows += range(packed, packed + len(decodes))
         slots_t = self._tensor(slots)
-        if self.decode_attention.attends_prompts:
-            attention = self._paged_rows(order, decodes)
-        else:
-            attention = self._spans(order, decodes)
+        attention = self._attention(order, decodes)
 
         def attend(layer, q, k, v, scale):
             self.cache.write(layer, slots_t, k, v)
@@ -162,53 +169,55 @@ class ModelRunner:
         ids_t, positions_t, last_rows_t = map(self._tensor, (ids, positions, last_rows))
         return self._timed(lambda: self.arch.forward(ids_t, positions_t, attend, last_rows_t))
 
-    def _paged_rows(self, chunks: list[Sequence], decodes: list[Sequence]):
-        """Attention for a pass whose every row, prompt or decode, reads its context
-        through its block table (written before it is read): a chunk's row at
-        position p sees positions 0 to p. One kernel call a layer, whatever mix of
-        whole prompts, chunks over a cached prefix and decodes the pass holds."""
-        seqs = [*chunks, *decodes]
-        rows = [seq.chunk for seq in chunks] + [1] * len(decodes)
-        lens = [length for seq in chunks
-                for length in range(seq.prefill_start + 1, seq.prefill_start + seq.chunk + 1)]
-        lens += [seq.num_tokens for seq in decodes]
-        context = self.decode_attention.context([seq.block_table for seq in seqs], lens, rows)
+    def _tabled(self, seq: Sequence) -> bool:
+        """Whether a chunk's rows read their context through its block table, with
+        the decodes: on a decode attention that attends prompts, when the chunk ends
+        within `TABLED_CONTEXT` tokens."""
+        return (self.decode_attention.attends_prompts
+                and seq.prefill_start + seq.chunk <= TABLED_CONTEXT)
 
-        def attention(layer, q, k, v, scale):
-            return self.decode_attention(q, self.cache.keys[layer], self.cache.values[layer],
-                                         context, scale)
-
-        return attention
-
-    def _spans(self, chunks: list[Sequence], decodes: list[Sequence]):
-        """Attention for a pass in three parts: the prompts that start in it, each
-        causal over itself; each chunk that continues a prompt, over the cache; the
-        decodes, through their block tables."""
+    def _attention(self, chunks: list[Sequence], decodes: list[Sequence]):
+        """A pass's attention, its rows those of `chunks` (ordered as `_prefill_pass`
+        orders them) then `decodes`: each prompt that starts in the pass causal over
+        itself, each chunk that continues one over the cache, then one call of the
+        decode attention for the rest: the decodes and the `_tabled` chunks, whose
+        row at position p reads positions 0 to p through the block table."""
         starts, lengths, cached = [], [], []
+        tables, rows, lens = [], [], []
         row = 0
         for seq in chunks:
             start, n = seq.prefill_start, seq.chunk
-            if start:
+            if self._tabled(seq):
+                tables.append(seq.block_table)
+                rows.append(n)
+                lens.extend(range(start + 1, start + n + 1))
+            elif start:
                 cached.append(CachedChunk.build(row, start, n, slot_mapping(
                     seq.block_table, 0, start + n, self.block_size), self.device))
             else:
                 starts.append(row)
                 lengths.append(n)
             row += n
-        prompts = self.prefill_attention.layout(PromptSpans(starts, lengths))
-        fresh = sum(lengths)
+        spanned, fresh = row - sum(rows), sum(lengths)
+        prompts = self.prefill_attention.layout(PromptSpans(starts, lengths)) if lengths else None
         context = None
-        if decodes:
-            context = self.decode_attention.context([seq.block_table for seq in decodes],
-                                                    [seq.num_tokens for seq in decodes])
+        if tables or decodes:
+            tables += [seq.block_table for seq in decodes]
+            lens += [seq.num_tokens for seq in decodes]
+            if rows:
+                context = self.decode_attention.context(tables, lens, rows + [1] * len(decodes))
+            else:
+                context = self.decode_attention.context(tables, lens)
 
         def attention(layer, q, k, v, scale):
             k_cache, v_cache = self.cache.keys[layer], self.cache.values[layer]
-            out = [self.prefill_attention(q[:fresh], k[:fresh], v[:fresh], prompts, scale)]
+            out = []
+            if lengths:
+                out.append(self.prefill_attention(q[:fresh], k[:fresh], v[:fresh], prompts, scale))
             out += [cached_chunk_attention(q[chunk.rows], k_cache, v_cache, chunk, scale)
                     for chunk in cached]
             if context is not None:
-                out.append(self.decode_attention(q[row:], k_cache, v_cache, context, scale))
+                out.append(self.decode_attention(q[spanned:], k_cache, v_cache, context, scale))
             return out[0] if len(out) == 1 else torch.cat(out)
 
         return attention

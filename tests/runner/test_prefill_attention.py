@@ -83,48 +83,57 @@ def test_a_runner_prefilling_on_grids_gives_the_reference_logits(family):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("family", ["gpt2", "llama-group-3"])
-def test_the_cpu_kernel_reads_every_row_of_a_prefill_as_the_spans_do(family, dtype):
-    """Whole prompts, chunks over a cached prefix and decodes in one pass, each row
-    through its block table with one kernel call a layer, against the three-part
-    path; SDPA is never called."""
+def test_the_cpu_kernel_reads_short_chunks_as_the_spans_do(family, dtype, monkeypatch):
+    """Passes that mix every kind of row: chunks within `TABLED_CONTEXT` (whole
+    prompts and continuations) read through their block tables beside the decodes,
+    one kernel call a layer; longer ones by SDPA, fresh and over the cache. Their
+    logits against a runner whose every chunk takes SDPA."""
+    from live.runner import model_runner
     from live.runner.cpu.attention import CpuDecodeAttention
     from live.runner.model_runner import ModelRunner
     from scheduler import Scheduler, SchedulerConfig
     from tiny_models import drive, prompt, request, tiny_gpt2, tiny_llama
 
+    monkeypatch.setattr(model_runner, "TABLED_CONTEXT", 12)
     model = tiny_gpt2() if family == "gpt2" else tiny_llama(
         hidden_size=144, num_attention_heads=9, num_key_value_heads=3)
     model = model.to(dtype)
-    paged = ModelRunner(model, num_blocks=64, block_size=4, dtype=dtype)
-    assert isinstance(paged.decode_attention, CpuDecodeAttention)
-    paged.decode_attention = Counted(paged.decode_attention)
-    paged.prefill_attention = None  # the paged path never asks for it
+    mixed = ModelRunner(model, num_blocks=64, block_size=4, dtype=dtype)
+    assert isinstance(mixed.decode_attention, CpuDecodeAttention)
+    mixed.decode_attention = Counted(mixed.decode_attention)
+    mixed.prefill_attention = Counted(mixed.prefill_attention)
     reference = spans_runner(model, dtype)
-    core = Scheduler(SchedulerConfig(num_blocks=64, block_size=4, max_prefill_tokens=9,
+    core = Scheduler(SchedulerConfig(num_blocks=64, block_size=4, max_prefill_tokens=16,
                                      chunked_prefill=True))
-    seen = {"steps": 0, "chunked": 0, "mixed": 0}
+    seen = {"steps": 0, "tabled fresh": 0, "tabled continued": 0, "fresh": 0, "continued": 0,
+            "mixed": 0, "steps with a fresh prompt": 0}
 
     def execute(plan):
         expected = reference.forward_logits(plan)
-        got = paged.forward_logits(plan)
+        got = mixed.forward_logits(plan)
         if dtype == torch.float32:
             torch.testing.assert_close(got, expected, atol=5e-4, rtol=5e-4)
         else:  # each path rounds to bf16 in its own places
             assert relative(got.float(), expected.float(), expected.float()) < TOLERANCE
         seen["steps"] += 1
-        if plan.chunks:
-            seen["chunked"] += any(s.prefill_start for s in plan.chunks)
-            seen["mixed"] += bool(plan.decodes)
+        for seq in plan.chunks:
+            tabled = "tabled " if seq.prefill_start + seq.chunk <= 12 else ""
+            seen[tabled + ("continued" if seq.prefill_start else "fresh")] += 1
+        seen["mixed"] += bool(plan.chunks and plan.decodes)
+        seen["steps with a fresh prompt"] += any(
+            not seq.prefill_start and seq.chunk > 12 for seq in plan.chunks)
         return reference.sampler.sample(expected, plan.sequences)
 
     drive(core, reference, {0: [request("a", prompt(6, 1), 5), request("b", prompt(30, 2), 4),
                                 request("c", prompt(1, 3), 3)],
-                            3: [request("d", prompt(23, 4), 4), request("e", prompt(2, 5), 2)]},
+                            3: [request("d", prompt(6, 4), 4), request("x", prompt(11, 6), 3)],
+                            4: [request("e", prompt(2, 5), 2)], 6: [request("f", prompt(14, 7), 2)]},
           execute)
-    assert core.is_drained() and seen["chunked"] >= 3 and seen["mixed"] >= 2
-    assert paged.decode_attention.calls == model.config.num_hidden_layers * seen["steps"]
-
-
+    assert core.is_drained() and seen["mixed"] >= 2
+    assert all(seen[kind] for kind in ("tabled fresh", "tabled continued", "fresh", "continued")), seen
+    layers = model.config.num_hidden_layers
+    assert mixed.decode_attention.calls == layers * seen["steps"]
+    assert mixed.prefill_attention.calls == layers * seen["steps with a fresh prompt"]
 class Counted:
     """An attention that counts its calls."""
 
