@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512BF16__)
 #include <immintrin.h>
+#endif
 
 #include "bf16.h"
 
@@ -34,7 +36,7 @@ constexpr int LINE = 64;
 
 // A context walked a tile of tokens at a time: each tile's offsets in the cache
 // (in elements), while the next tile's slots are prefetched. Positions advance
-// block by block: a division per token cost more than the scores it fed.
+// block by block, one division a tile.
 template <typename T>
 class Tiles {
   public:
