@@ -58,8 +58,8 @@ class BlockTables:
     @classmethod
     def build(cls, block_tables: list[list[int]], context_lens: list[int],
               device: torch.device | str, rows: list[int] | None = None) -> BlockTables:
-        """`rows[i]`: how many rows in a row sequence i's table takes (1 each by
-        default); `context_lens` has one length per row."""
+        """`rows[i]`: how many rows sequence i's table serves (1 each by default);
+        `context_lens` has one length per row."""
         width = max(len(t) for t in block_tables)
         tables = torch.tensor([list(t) + [0] * (width - len(t)) for t in block_tables],
                               dtype=torch.int32, device=device)

@@ -27,7 +27,7 @@ class TritonDecodeAttention:
     `attention.decode_attention_for`)."""
 
     device: torch.device
-    attends_prompts = False  # a program per row would leave a prompt's tiles to one row each
+    attends_prompts = False  # a program a row would read a prompt's K and V once per token
 
     def context(self, block_tables: list[list[int]], context_lens: list[int]) -> BlockTables:
         return BlockTables.build(block_tables, context_lens, self.device)
