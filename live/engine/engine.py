@@ -83,6 +83,7 @@ class Engine:
         takes the first tokens of each prefill pass but the last as it ends; without
         it they come with the step's output."""
         start = time.perf_counter()
+        cpu_start = time.thread_time()
         self._started = time.time()
         try:
             plan = self.core.plan()
@@ -112,7 +113,8 @@ class Engine:
                                  admitted=self.core.num_admitted, waiting=self.core.num_waiting,
                                  paused=self.core.num_paused,
                                  blocks_reserved=self.core.pool.reserved_blocks,
-                                 chunked=chunked, device_s=device_s)
+                                 chunked=chunked, device_s=device_s,
+                                 cpu_s=time.thread_time() - cpu_start)
         return out
 
     def _run(self, plan: StepPlan, failed: frozenset[str],

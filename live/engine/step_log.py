@@ -51,14 +51,19 @@ class StepLog:
 
     def record(self, step: int, start_s: float, duration_s: float, features: PlanFeatures, *,
                tokens: int, admitted: int, waiting: int, paused: int, blocks_reserved: int,
-               chunked: bool = False, device_s: float | None = None) -> None:
+               chunked: bool = False, device_s: float | None = None,
+               cpu_s: float | None = None) -> None:
         """`start_s` is on the engine's own clock; the record's `start_unix` lines it
         up with clients. `tokens`: those the step made (a chunk that does not end its
         prompt makes none). The counts are the core's queue sizes after the step.
         `chunked`: a chunk of the step continued a prompt or left it unfinished.
-        `device_s`: the step's time on the GPU, where the runner measures it."""
+        `device_s`: the step's time on the GPU, where the runner measures it.
+        `cpu_s`: the CPU time of the stepping thread over the step; what `duration_s`
+        has beyond it, that thread waited: for the interpreter lock (an engine in a
+        thread of the server shares it with HTTP), for a core, or for torch's other
+        threads (with one torch thread, none)."""
         entry = (step, start_s, duration_s, time.time() - duration_s, _feature_values(features),
-                 tokens, admitted, waiting, paused, blocks_reserved, chunked, device_s)
+                 tokens, admitted, waiting, paused, blocks_reserved, chunked, device_s, cpu_s)
         self._ring.append(entry)
         with self._lock:
             if self._file is not None:
@@ -71,7 +76,7 @@ class StepLog:
 
     def _as_record(self, entry: tuple) -> dict:
         (step, start_s, duration_s, start_unix, features, tokens, admitted, waiting, paused,
-         reserved, chunked, device_s) = entry
+         reserved, chunked, device_s, cpu_s) = entry
         record = {"step": step, "start_s": round(start_s, 6), "duration_s": round(duration_s, 7),
                   "start_unix": round(start_unix, 6), **dict(zip(FEATURE_NAMES, features)),
                   "tokens": tokens, "admitted": admitted, "waiting": waiting, "paused": paused,
@@ -79,6 +84,8 @@ class StepLog:
                   **self._meta}
         if device_s is not None:
             record["device_s"] = round(device_s, 7)
+        if cpu_s is not None:
+            record["cpu_s"] = round(cpu_s, 7)
         return record
 
     def flush(self) -> None:

@@ -3,6 +3,7 @@ free blocks as the core says, the step log records every step, a failing step
 ends its sequences with an error and leaks nothing."""
 import json
 import threading
+import time
 
 import pytest
 
@@ -80,6 +81,23 @@ def test_step_log_carries_the_device_time_a_runner_measures(engine, monkeypatch)
     lines = [json.loads(line) for line in open(engine.step_log.path)]
     assert [line["device_s"] for line in lines] == [0.00125, 0.00125]
     assert engine.step_log.after(0)[0]["device_s"] == 0.00125
+
+
+def test_step_log_tells_the_steps_cpu_time_from_its_waits(engine, monkeypatch):
+    real = engine.runner.execute
+
+    def waiting(plan):
+        time.sleep(0.05)  # off the CPU, as a thread waiting for the interpreter lock is
+        return real(plan)
+
+    run_engine(engine, {0: [("a", [1, 2, 3], 2)]})
+    monkeypatch.setattr(engine.runner, "execute", waiting)
+    run_engine(engine, {0: [("b", [4, 5], 2)]})
+    engine.step_log.flush()
+    lines = [json.loads(line) for line in open(engine.step_log.path)]
+    assert len(lines) == 4
+    assert all(0 < line["cpu_s"] <= line["duration_s"] + 1e-3 for line in lines)
+    assert all(line["duration_s"] - line["cpu_s"] >= 0.045 for line in lines[2:])
 
 
 def test_failing_step_ends_its_sequences_with_error_and_leaks_nothing(engine, monkeypatch):
