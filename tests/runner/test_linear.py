@@ -48,3 +48,15 @@ def test_a_bfloat16_runner_packs_every_projection_and_float32_none(build):
     assert len(packed) == 4 * model.config.num_hidden_layers + 1 == len(dense)
     assert all(isinstance(p, PackedProjection) for p in packed)
     assert all(isinstance(p, DenseProjection) for p in dense)
+
+
+@pytest.mark.parametrize("bf16_instructions", [False, True], ids=["without", "with"])
+def test_bfloat16_on_a_cpu_without_its_instructions_says_so_once(bf16_instructions, monkeypatch,
+                                                                  caplog):
+    import live.runner.model_runner as model_runner
+    monkeypatch.setattr(model_runner, "packs", lambda device, dtype: bf16_instructions)
+    with caplog.at_level("WARNING", logger="twinstep.runner"):
+        ModelRunner(tiny_llama(), num_blocks=4, block_size=4, dtype=torch.bfloat16)
+        ModelRunner(tiny_llama(), num_blocks=4, block_size=4)
+    said = [r.getMessage() for r in caplog.records if "bfloat16 on a CPU" in r.getMessage()]
+    assert said == ([] if bf16_instructions else [model_runner.BF16_WITHOUT_INSTRUCTIONS])
