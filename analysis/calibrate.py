@@ -21,7 +21,7 @@ from traces import TraceRequest
 
 from .hardware import model_name, profile_name, short_dtype
 from .live_target import Access, LiveTarget, live_target
-from .workloads import calibration_workload
+from .workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
 
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
 
@@ -54,35 +54,47 @@ def measured_profile(server: ServeSettings | str, out_dir: Path, *, recalibrate:
 
 def calibrate(server: ServeSettings | str, out_dir: Path,
               workload: list[TraceRequest] | None = None, log=print,
-              time_scale: float = 1.0, access: Access = Access()) -> tuple[Profile, Path]:
+              time_scale: float = 1.0, access: Access = Access(),
+              chunks: list[TraceRequest] | None = None) -> tuple[Profile, Path]:
     """`server`: the settings to start one with, or the URL of one running (reached
-    with `access`). `time_scale` packs the default workload's arrivals closer (see
-    `calibration_workload`)."""
+    with `access`). `time_scale` packs the default workloads' arrivals closer (see
+    `calibration_workload`). `chunks` give the fit chunks beside decodes (none: with
+    the default workload `chunk_workload`, with another nothing): on `server` if it
+    prefills in chunks, else, when it is started here, on a second server like it
+    that does, in chunks of `CHUNK_TOKENS`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with live_target(server, out_dir / "calibration-server.log", access) as target:
         info = target.info
+        config = info.scheduler
+        if chunks is None and workload is None:
+            chunks = chunk_workload(config["max_batch"], time_scale, config["max_model_len"])
         workload = workload or calibration_workload(
-            info.scheduler["max_batch"], time_scale=time_scale,
-            max_model_len=info.scheduler["max_model_len"])
+            config["max_batch"], time_scale=time_scale, max_model_len=config["max_model_len"])
+        chunks = chunks or []
+        chunks_apart = bool(chunks) and not config["chunked_prefill"]
+        if chunks_apart and isinstance(server, str):
+            log(f"the server at {server} prefills whole prompts: chunks beside decodes are "
+                f"not calibrated")
+            chunks, chunks_apart = [], False
         log(f"calibrating: {info.model} on {info.hardware} ({info.device}, {info.dtype}) at "
-            f"{target.url}, {len(workload)} requests")
-        keys = target.access.replay_options()
-        live_replay(target.url, WARMUP, **keys)  # first steps pay one-off allocation costs
-        mark = target.last_step()
-        with tqdm(total=len(workload), unit="req", desc="calibration", file=sys.stderr,
-                  dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
-            result = live_replay(target.url, workload, on_done=bar.update, **keys)
-        steps = target.steps_after(mark)
+            f"{target.url}, {len(workload) + len(chunks)} requests")
+        result, steps = _drive(target, workload)
+        if chunks and not chunks_apart:
+            steps += _drive(target, chunks)[1]
+        url, clock_offset_s = target.url, target.clock_offset_s
+    if chunks_apart:
+        chunking = replace(server, chunked_prefill=True, max_prefill_tokens=CHUNK_TOKENS)
+        with live_target(chunking, out_dir / "calibration-chunks-server.log", access) as target:
+            steps += _drive(target, chunks)[1]
     if not steps:
-        raise RuntimeError(f"the server at {target.url} recorded no step during the calibration")
+        raise RuntimeError(f"the server at {url} recorded no step during the calibration")
     step_log = out_dir / "calibration-steps.jsonl"
     step_log.write_text("".join(json.dumps(s) + "\n" for s in steps))
-    config = info.scheduler
     profile = build_profile(step_log, hardware=info.hardware, model=info.model,
                             dtype=short_dtype(info.dtype), device=info.device,
                             block_size=config["block_size"], max_batch=config["max_batch"],
                             num_blocks=config["num_blocks"])
-    profile = replace(profile, overheads=overheads(result, target.clock_offset_s))
+    profile = replace(profile, overheads=overheads(result, clock_offset_s))
     path = out_dir / "profile.json"
     save_profile(profile, path)
     cached = cached_profile_path(info.hardware, info.model, info.dtype)
@@ -93,6 +105,18 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
         f"{fit.p90_rel_error:.1%}, R² {fit.r2:.3f}; by kind: {fit.describe_kinds()}; "
         f"overheads {profile.overheads}")
     return profile, path
+
+
+def _drive(target: LiveTarget, workload: list[TraceRequest]) -> tuple[LiveReplay, list[dict]]:
+    """Replay `workload` against `target` after a warm-up, with a progress bar: the
+    clients' records and the steps the server logged meanwhile."""
+    keys = target.access.replay_options()
+    live_replay(target.url, WARMUP, **keys)  # first steps pay one-off allocation costs
+    mark = target.last_step()
+    with tqdm(total=len(workload), unit="req", desc="calibration", file=sys.stderr,
+              dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
+        result = live_replay(target.url, workload, on_done=bar.update, **keys)
+    return result, target.steps_after(mark)
 
 
 def overheads(result: LiveReplay, clock_offset_s: float = 0.0) -> dict[str, float]:

@@ -20,6 +20,11 @@ LONG_PROMPTS = (64, 192)
 is a step like serving's, not one of thousands of tokens."""
 LONG_TOKENS = 256
 """What each request of the long rung generates (less where the model is shorter)."""
+CHUNK_TOKENS = 128
+"""The chunk the calibration's chunk phase cuts prompts into: a step short enough
+to be serving's, and most of each prompt read back from the cache by the chunks
+after its first."""
+CHUNKED_PROMPTS = (256, 384, 512, 640, 768, 896)
 
 
 def batch_ladder(max_batch: int) -> list[int]:
@@ -60,4 +65,18 @@ def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
     new_tokens = LONG_TOKENS if max_model_len is None else min(LONG_TOKENS, max_model_len // 2)
     requests += [TraceRequest(f"long-{i}", t, fitted(low + (high - low) * i // max_batch, new_tokens),
                               new_tokens) for i in range(max_batch)]
+    return [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
+
+
+def chunk_workload(max_batch: int, time_scale: float = 1.0,
+                   max_model_len: int | None = None) -> list[TraceRequest]:
+    """For a server that prefills in chunks of `CHUNK_TOKENS`: a batch of short
+    requests decoding while long prompts arrive one after another, so that chunks
+    that begin a prompt and chunks that continue one over a growing prefix run
+    beside decodes (on a server that prefills whole prompts, no step does this)."""
+    decoders = max(1, min(8, max_batch // 2))
+    requests = [TraceRequest(f"chunk-decode-{i}", 0.0, 32, 64) for i in range(decoders)]
+    for i, prompt in enumerate(CHUNKED_PROMPTS):
+        prompt = prompt if max_model_len is None else max(1, min(prompt, max_model_len - 8))
+        requests.append(TraceRequest(f"chunk-prompt-{i}", 1.0 + 0.5 * i, prompt, 8))
     return [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]

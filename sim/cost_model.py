@@ -7,7 +7,7 @@ from typing import Protocol
 from scheduler import PlanFeatures
 
 FEATURES = ("fixed", "num_prefills", "prefill_tokens", "prefill_tokens_sq",
-            "decode_batch", "context_tokens")
+            "decode_batch", "context_tokens", "prefix_tokens")
 """The terms of `LinearCost`, in the order of its coefficients; `fixed` is 1 per step."""
 
 
@@ -33,7 +33,9 @@ class ConstantCost:
 @dataclass(frozen=True, slots=True)
 class LinearCost:
     """Seconds per unit of each plan feature, plus a fixed cost per step.
-    `prefill_tokens_sq` carries attention's quadratic cost in the prompt length."""
+    `prefill_tokens_sq` carries attention's quadratic cost in the prompt length,
+    `prefix_tokens` what a chunk that continues a prompt pays to read back the
+    tokens before it."""
 
     fixed: float = 0.0
     num_prefills: float = 0.0
@@ -41,6 +43,7 @@ class LinearCost:
     prefill_tokens_sq: float = 0.0
     decode_batch: float = 0.0
     context_tokens: float = 0.0
+    prefix_tokens: float = 0.0
     batch_excess: tuple[float, ...] = ()
     """Seconds a decode-only step of batch b costs above the linear terms, at index
     b - 1 (the last entry serves larger batches): on a CPU, matmuls of a few rows
@@ -51,7 +54,8 @@ class LinearCost:
                    + self.prefill_tokens * f.prefill_tokens
                    + self.prefill_tokens_sq * f.prefill_tokens_sq
                    + self.decode_batch * f.decode_batch
-                   + self.context_tokens * f.context_tokens)
+                   + self.context_tokens * f.context_tokens
+                   + self.prefix_tokens * f.prefix_tokens)
         if self.batch_excess and f.decode_batch and not f.num_prefills:
             seconds += self.batch_excess[min(f.decode_batch, len(self.batch_excess)) - 1]
         return max(seconds, MIN_STEP_S)

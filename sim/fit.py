@@ -61,8 +61,10 @@ class FitReport:
 
 
 def design_matrix(steps: list[dict]) -> np.ndarray:
-    """One row per step, one column per term of FEATURES (`fixed` is 1)."""
-    x = np.array([[s[f] for f in FEATURES[1:]] for s in steps], dtype=float).reshape(len(steps), -1)
+    """One row per step, one column per term of FEATURES (`fixed` is 1). A log
+    written before a feature was recorded has none of it."""
+    x = np.array([[s.get(f, 0) for f in FEATURES[1:]] for s in steps],
+                 dtype=float).reshape(len(steps), -1)
     return np.hstack([np.ones((len(steps), 1)), x])
 
 
@@ -130,7 +132,7 @@ def _batch_excess(steps: list[dict], residuals: np.ndarray) -> tuple[float, ...]
 
 
 def _features(step: dict) -> PlanFeatures:
-    return PlanFeatures(**{name: step[name] for name in PlanFeatures.__slots__})
+    return PlanFeatures(**{name: step[name] for name in PlanFeatures.__slots__ if name in step})
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -15,15 +15,16 @@ from scheduler import PlanFeatures
 
 from .cost_model import CostModel
 
-WATCHED = ("num_prefills", "prefill_tokens", "decode_batch", "context_tokens")
-"""Prompts prefilled in one step, their tokens, the decode batch, and the context
-it reads: the kinds of work a what-if moves."""
+WATCHED = ("num_prefills", "prefill_tokens", "decode_batch", "context_tokens", "prefix_tokens")
+"""Prompts prefilled in one step, their tokens, the decode batch, the context it
+reads, and the prompt tokens chunks read back: the kinds of work a what-if moves."""
 
 MEANING = {
     "num_prefills": "prompts prefilled in one step",
     "prefill_tokens": "prompt tokens prefilled in one step",
     "decode_batch": "sequences decoded in one step",
     "context_tokens": "context tokens a decode batch reads",
+    "prefix_tokens": "prompt tokens chunks of one step read back from the cache",
 }
 
 
@@ -35,10 +36,13 @@ class FittedRanges:
     prefill_tokens: int
     decode_batch: int
     context_tokens: int
+    prefix_tokens: int = 0
+    """A profile saved before chunks' prefixes were recorded fitted none."""
 
     @classmethod
     def of(cls, steps: list[dict]) -> FittedRanges:
-        return cls(**{name: max((int(s[name]) for s in steps), default=0) for name in WATCHED})
+        return cls(**{name: max((int(s.get(name, 0)) for s in steps), default=0)
+                      for name in WATCHED})
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in WATCHED}
@@ -62,7 +66,7 @@ class Beyond:
 
 class RangeWatch:
     """A cost model that answers as `cost` does and notes each feature's largest
-    value beyond `ranges`. Four comparisons a step: within the ranges, nothing else."""
+    value beyond `ranges`. Five comparisons a step: within the ranges, nothing else."""
 
     def __init__(self, cost: CostModel, ranges: FittedRanges):
         self._cost = cost.cost
@@ -71,9 +75,9 @@ class RangeWatch:
         self._limits = tuple(self._most.values())
 
     def cost(self, f: PlanFeatures) -> float:
-        prompts, tokens, batch, context = self._limits
+        prompts, tokens, batch, context, prefix = self._limits
         if (f.num_prefills > prompts or f.prefill_tokens > tokens or f.decode_batch > batch
-                or f.context_tokens > context):
+                or f.context_tokens > context or f.prefix_tokens > prefix):
             self._note(f)
         return self._cost(f)
 

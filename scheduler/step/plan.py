@@ -22,18 +22,23 @@ class PlanFeatures:
     tokens before it): a whole prompt's length squared."""
     decode_batch: int
     context_tokens: int
+    prefix_tokens: int = 0
+    """The tokens before each chunk that continues a prompt: what its attention
+    reads back from the cache (none for a chunk that starts its prompt)."""
 
     @classmethod
     def of(cls, chunks: list[Sequence], decode_batch: int, context: int) -> PlanFeatures:
         """The features of a step that prefills `chunks` and decodes `decode_batch`
         sequences holding `context` tokens."""
-        prefill_tokens = prefill_tokens_sq = 0
+        prefill_tokens = prefill_tokens_sq = prefix_tokens = 0
         for seq in chunks:
-            n = seq.chunk
+            n, before = seq.chunk, seq.prefill_start
             prefill_tokens += n
             # n times the context it attends to: the tokens before it and itself
-            prefill_tokens_sq += n * (seq.num_tokens - seq.prefill_left + n)
-        return cls(len(chunks), prefill_tokens, prefill_tokens_sq, decode_batch, context)
+            prefill_tokens_sq += n * (before + n)
+            prefix_tokens += before
+        return cls(len(chunks), prefill_tokens, prefill_tokens_sq, decode_batch, context,
+                   prefix_tokens)
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}

@@ -13,8 +13,9 @@ from analysis.calibrate import calibrate
 from analysis.compare import compare
 from analysis.plots import write_plots
 from analysis.report import ROWS, rows, write_report
-from analysis.workloads import calibration_workload
+from analysis.workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
 from scheduler.settings import ServeSettings
+from sim import load_step_log
 from traces import write_trace
 
 from analysis_helpers import mixed_trace, save_tiny_llama
@@ -95,6 +96,29 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
     assert "ttft_client_p50_s" in out.stdout and "makespan_s" in out.stdout
     assert f"report: {tmp_path / 'cli' / 'report.md'}" in out.stdout
     assert (tmp_path / "cli" / "live-outcomes.parquet").exists()
+
+
+@pytest.mark.parametrize("chunking", [False, True], ids=["whole-prefill", "chunked"])
+def test_the_calibration_fits_chunks_that_read_their_prompt_back(model_dir, tmp_path, chunking):
+    """A server that prefills whole prompts is calibrated on chunks by a second
+    server like it that cuts them; one that chunks, by itself."""
+    budget = {"max_prefill_tokens": 64, "chunked_prefill": True} if chunking else {}
+    settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128, **budget)
+    workload = calibration_workload(4, mixed_count=6, time_scale=0.1, max_model_len=256)
+    chunks = chunk_workload(4, time_scale=0.1, max_model_len=256)
+    assert {r.prompt_tokens for r in chunks if r.id.startswith("chunk-prompt")} == {248}
+    profile, _ = calibrate(settings, tmp_path / "cal", log=lambda *a: None, workload=workload,
+                           chunks=chunks)
+    steps = load_step_log(tmp_path / "cal" / "calibration-steps.jsonl")
+    assert (tmp_path / "cal" / "calibration-chunks-server.log").exists() is not chunking
+    # every prompt of both workloads prefilled once, no more
+    assert sum(s["prefill_tokens"] for s in steps) == sum(r.prompt_tokens for r in workload + chunks)
+    continued = [s for s in steps if s["prefix_tokens"]]
+    assert continued and all(s["chunked"] for s in continued)
+    chunk = 64 if chunking else CHUNK_TOKENS
+    assert max(s["prefill_tokens"] for s in continued) <= chunk
+    assert any(s["decode_batch"] for s in continued)  # beside the decodes
+    assert profile.fitted_ranges["prefix_tokens"] == max(s["prefix_tokens"] for s in steps) >= chunk
 
 
 def test_a_chunking_server_is_mirrored_and_its_tokens_counted_on_both_sides(model_dir, tmp_path):

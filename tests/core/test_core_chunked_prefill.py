@@ -30,13 +30,14 @@ def test_a_long_prompt_is_prefilled_a_chunk_a_step_beside_the_decodes():
         plan, events = step(core)
         rows.append(([s.id for s in plan.decodes], [s.id for s in plan.partials],
                      [s.id for s in plan.prefills], plan.features.prefill_tokens,
-                     plan.features.prefill_tokens_sq,
+                     plan.features.prefill_tokens_sq, plan.features.prefix_tokens,
                      [(e.seq_id, e.index) for e in events if isinstance(e, TokenEvent)]))
-    # chunks of 4, 4 and 2 tokens; each attends to itself and what came before it
+    # chunks of 4, 4 and 2 tokens; each attends to itself and what came before it,
+    # which it reads back from the cache
     assert rows == [
-        (["a"], ["b"], [], 4, 4 * 4, [("a", 1)]),
-        (["a"], ["b"], [], 4, 4 * 8, [("a", 2)]),
-        (["a"], [], ["b"], 2, 2 * 10, [("b", 0), ("a", 3)]),
+        (["a"], ["b"], [], 4, 4 * 4, 0, [("a", 1)]),
+        (["a"], ["b"], [], 4, 4 * 8, 4, [("a", 2)]),
+        (["a"], [], ["b"], 2, 2 * 10, 8, [("b", 0), ("a", 3)]),
     ]
     seq = core.sequence("b")
     assert seq.prefill_left == 0 and seq.num_tokens == 11

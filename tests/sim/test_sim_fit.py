@@ -1,4 +1,5 @@
 """Fitting a LinearCost from a step log, and cost profiles on disk."""
+import dataclasses
 import json
 
 import numpy as np
@@ -10,19 +11,21 @@ from sim import (FEATURES, LinearCost, build_profile, fit, load_profile, load_st
                  regenerate_cpu_smollm2_profile, save_profile)
 
 TRUE = LinearCost(fixed=3e-3, num_prefills=4e-4, prefill_tokens=2e-5, prefill_tokens_sq=5e-9,
-                  decode_batch=1.5e-4, context_tokens=4e-8)
+                  decode_batch=1.5e-4, context_tokens=4e-8, prefix_tokens=3e-6)
 
 
 def synthetic_log(n=600, noise=1e-4, seed=1):
-    """Steps as a live engine logs them: a few prefills now and then, a decode batch."""
+    """Steps as a live engine logs them: a few prefills now and then, some of them
+    chunks that continue a prompt over the tokens before them, a decode batch."""
     rng = np.random.default_rng(seed)
     steps = []
     start = 0.0
     for i in range(n):
         prompts = rng.integers(16, 2048, rng.integers(0, 4) if rng.random() < 0.4 else 0)
+        before = rng.integers(0, 4096, len(prompts)) * (rng.random(len(prompts)) < 0.5)
         batch = int(rng.integers(0 if len(prompts) else 1, 64))
-        f = PlanFeatures(len(prompts), int(prompts.sum()), int((prompts ** 2).sum()), batch,
-                         int(rng.integers(batch * 20, batch * 2000 + 1)))
+        f = PlanFeatures(len(prompts), int(prompts.sum()), int((prompts * (before + prompts)).sum()),
+                         batch, int(rng.integers(batch * 20, batch * 2000 + 1)), int(before.sum()))
         duration = TRUE.cost(f) * (1 + noise * rng.standard_normal())
         steps.append({"step": i + 1, "start_s": start, "duration_s": duration, **f.as_dict(),
                       "device": "cuda:0"})
@@ -55,6 +58,23 @@ def test_fit_coefficients_are_never_negative_and_unused_features_get_zero():
     cost, _ = fit(steps)
     assert all(v >= 0 for v in cost.coefficients().values())
     assert cost.num_prefills == cost.prefill_tokens == cost.prefill_tokens_sq == 0
+
+
+def test_a_log_and_a_profile_from_before_chunk_prefixes_were_recorded_still_serve(tmp_path):
+    steps = synthetic_log(n=300)
+    for s in steps:
+        s["duration_s"] -= TRUE.prefix_tokens * s.pop("prefix_tokens")
+    cost, _ = fit(steps)
+    assert cost.prefix_tokens == 0
+    assert cost.context_tokens == pytest.approx(TRUE.context_tokens, rel=0.01)
+    profile = build_profile(write_log(tmp_path / "steps.jsonl", steps), "h", "m", "fp32")
+    data = json.loads(json.dumps(dataclasses.asdict(profile)))
+    data["features"].remove("prefix_tokens")
+    del data["coefficients"]["prefix_tokens"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = load_profile(tmp_path / "old.json")
+    f = PlanFeatures(1, 64, 64 * 512, 8, 800, 448)
+    assert old.cost_model().cost(f) == profile.cost_model().cost(f)
 
 
 def test_fit_refuses_too_few_steps_and_bad_durations():

@@ -55,12 +55,17 @@ def test_the_held_out_error_is_told_by_kind_and_shows_the_kind_the_fit_misses():
 
 def test_a_profile_keeps_the_largest_of_each_feature_it_was_fitted_on(tmp_path):
     steps = kinds_log(n=200)
+    for i, s in enumerate(steps):  # chunks that continue prompts begun before them
+        if s["chunked"]:
+            s["prefix_tokens"] = 64 * (i % 7 + 1)
     profile = build_profile(write_log(tmp_path / "steps.jsonl", steps), "h", "m", "fp32")
     assert profile.ranges() == FittedRanges(
         num_prefills=max(s["num_prefills"] for s in steps),
         prefill_tokens=max(s["prefill_tokens"] for s in steps),
         decode_batch=max(s["decode_batch"] for s in steps),
-        context_tokens=max(s["context_tokens"] for s in steps))
+        context_tokens=max(s["context_tokens"] for s in steps),
+        prefix_tokens=max(s["prefix_tokens"] for s in steps))
+    assert profile.ranges().prefix_tokens == 448
     assert set(profile.fit["by_kind"]) == set(KINDS)
     save_profile(profile, tmp_path / "p.json")
     assert load_profile(tmp_path / "p.json").ranges() == profile.ranges()
@@ -80,6 +85,10 @@ def test_the_watch_answers_as_the_model_and_keeps_the_largest_past_each_range():
               PlanFeatures(0, 0, 0, 20, 5000)):
         assert watch.cost(f) == TRUE.cost(f)
     assert watch.beyond() == [Beyond("decode_batch", 16, 32), Beyond("context_tokens", 4000, 9000)]
+    # a profile from before chunks' prefixes were kept fitted none
+    chunk = PlanFeatures(1, 64, 64 * 600, 8, 800, 536)
+    assert watch.cost(chunk) == TRUE.cost(chunk)
+    assert watch.beyond()[-1] == Beyond("prefix_tokens", 0, 536)
     assert watch.beyond()[0].describe() == (
         "sequences decoded in one step (decode_batch) reached 32; the profile was fitted up to "
         "16 (2.0 times): step costs there are extrapolated")
