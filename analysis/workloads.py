@@ -70,7 +70,8 @@ def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
 
 def chunk_workload(max_batch: int, time_scale: float = 1.0,
                    max_model_len: int | None = None) -> list[TraceRequest]:
-    """For a server that prefills in chunks of `CHUNK_TOKENS`: a batch of short
+    """For a server that prefills in chunks (`CHUNK_TOKENS` when the calibration
+    starts one for them): a batch of short
     requests decoding while long prompts arrive one after another, so that chunks
     that begin a prompt and chunks that continue one over a growing prefix run
     beside decodes (on a server that prefills whole prompts, no step does this)."""

@@ -51,8 +51,8 @@ def test_a_bfloat16_runner_packs_every_projection_and_float32_none(build):
 
 
 @pytest.mark.parametrize("bf16_instructions", [False, True], ids=["without", "with"])
-def test_bfloat16_on_a_cpu_without_its_instructions_says_so_once(bf16_instructions, monkeypatch,
-                                                                  caplog):
+def test_bfloat16_on_a_cpu_without_its_instructions_says_so_when_built(bf16_instructions,
+                                                                        monkeypatch, caplog):
     import live.runner.model_runner as model_runner
     monkeypatch.setattr(model_runner, "packs", lambda device, dtype: bf16_instructions)
     with caplog.at_level("WARNING", logger="twinstep.runner"):
