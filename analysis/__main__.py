@@ -26,7 +26,7 @@ from .study.bench import Bench, Skipped, markdown_table, write_study
 from .study.catalog import STUDIES, runs
 from .validate.matrix import QUICK, SETTINGS as VALIDATE_SETTINGS, TRACES, cells
 from .validate.report import markdown, tally, write_validation
-from .validate.run import validate
+from .validate.run import rejudge, validate
 
 DEFAULT_TRACE = SAMPLES_DIR / "mixed.jsonl"
 STARTED = scoped(SHARED, SERVER)
@@ -116,15 +116,28 @@ def _fitted(profile: Profile) -> str:
 
 
 def run_validate(args, server: ServeSettings | str, access: Access) -> int:
-    matrix = cells(args.quick, args.trace, args.setting)
-    if args.profile:
+    if args.live_from:
+        if not args.profile:
+            print("python -m analysis validate: --live-from judges the --profile given",
+                  file=sys.stderr)
+            return 2
+        if args.out.resolve() == args.live_from.resolve():
+            print("python -m analysis validate: --out must differ from --live-from (the live "
+                  "runs' own judgement is kept there)", file=sys.stderr)
+            return 2
         profile = load_profile(args.profile)
+        verdicts = rejudge(args.live_from / "validate.json", profile)
+        runs = f"the live runs recorded in {args.live_from}"
     else:
-        profile = measured_profile(server, args.out / "calibration",
-                                   time_scale=args.calibration_time_scale, access=access)
-    verdicts = validate(server, profile, matrix, args.runs, args.out, access=access)
-    header = (f"{profile.model}, {profile.dtype}, on {profile.hardware}; {args.runs} live runs "
-              f"a cell. {_fitted(profile)}")
+        matrix = cells(args.quick, args.trace, args.setting)
+        if args.profile:
+            profile = load_profile(args.profile)
+        else:
+            profile = measured_profile(server, args.out / "calibration",
+                                       time_scale=args.calibration_time_scale, access=access)
+        verdicts = validate(server, profile, matrix, args.runs, args.out, access=access)
+        runs = f"{args.runs} live runs a cell"
+    header = f"{profile.model}, {profile.dtype}, on {profile.hardware}; {runs}. {_fitted(profile)}"
     paths = write_validation(verdicts, args.out, header)
     print(f"\n{markdown(verdicts)}\n\n{tally(verdicts)}\nreport: {paths[0]}")
     return 0
@@ -203,6 +216,9 @@ def parser() -> OneLineErrors:
                    help="only these traces (repeat; default: all)")
     p.add_argument("--setting", action="append", choices=list(VALIDATE_SETTINGS),
                    help="only these settings (repeat; default: all)")
+    p.add_argument("--live-from", type=Path, metavar="DIR",
+                   help="run nothing live: judge --profile on the live runs a validation "
+                        "recorded in DIR (its validate.json), each cell simulated again")
     _calibration_options(p)
     p.set_defaults(func=run_validate, out=Path("runs/validate"))
     return parser

@@ -1,19 +1,22 @@
 """Running the matrix: one server for each setting (or the one at `--url`), each
 trace of the setting replayed live `runs` times against it and once on the
-virtual clock with the one profile, every cell judged as it ends."""
+virtual clock with the one profile, every cell judged as it ends. A matrix run
+once can judge another profile later (`rejudge`): the live runs are the costly
+part, and the simulated side is computed again in seconds."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
 
 from scheduler.settings import ServeSettings
-from sim import Profile
+from sim import Profile, build_setup, replay as sim_replay
 
 from ..compare import compare
 from ..live_target import Access, live_target
 from .matrix import SETTINGS, TRACES, Cell
-from .verdict import CellVerdict, cell_verdict
+from .verdict import CellVerdict, cell_verdict, recorded_runs
 
 
 def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], runs: int,
@@ -52,8 +55,28 @@ def _cell(cell: Cell, trace, profile: Profile, target, runs: int, out_dir: Path,
                                    log=lambda *_: None, access=target.access))
     # the simulator is deterministic: every run's simulated side is the same
     first = comparisons[0]
-    verdict = cell_verdict(cell.trace, cell.settings, [c.live.summary for c in comparisons],
-                           first.sim.summary, first.leavers,
-                           [b.describe() for b in first.beyond_fit])
+    verdict = cell_verdict(cell.trace, cell.settings, [c.live.summary.as_dict() for c in comparisons],
+                           first.sim.summary.as_dict(), first.leavers,
+                           [b.describe() for b in first.beyond_fit], first.server.sim_settings())
     log(f"{cell.name}: {'within bounds' if verdict.ok else 'OVER a bound'}")
     return verdict
+
+
+def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
+    """The cells of a `validate.json` judged again with `profile`: the same live
+    runs, each trace simulated anew at the settings its live server ran."""
+    verdicts = []
+    for cell in json.loads(Path(recorded).read_text())["cells"]:
+        settings = cell.get("sim_settings")
+        if not settings:
+            raise ValueError(f"{recorded}: cell {cell['trace']} × {cell['settings']} does not "
+                             f"keep the settings it ran (written by an older validate)")
+        trace = TRACES[cell["trace"]](settings["max_model_len"])
+        setup = build_setup(profile.cost_model(), fitted=profile.ranges(), **settings,
+                            **profile.overheads)
+        simulated = sim_replay(trace, setup)
+        verdicts.append(cell_verdict(cell["trace"], cell["settings"], recorded_runs(cell),
+                                     simulated.summary.as_dict(),
+                                     sum(r.client.leaves for r in trace),
+                                     [b.describe() for b in simulated.beyond_fitted], settings))
+    return verdicts

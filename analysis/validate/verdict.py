@@ -11,9 +11,7 @@ must agree exactly."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
-
-from traces.summary import Summary
+from dataclasses import asdict, dataclass, field
 
 FIGURES = ("ttft_client_p50_s", "ttft_client_p99_s", "gap_p99_s", "stall_p99_s",
            "throughput_tok_s", "wasted_tokens", "preemptions")
@@ -73,6 +71,9 @@ class CellVerdict:
     """For each of `EXACT`: `live` (each run's) and `sim`."""
     beyond_fit: list[str]
     """The features the simulated replay took past the profile's fit."""
+    sim_settings: dict = field(default_factory=dict)
+    """The settings the simulated side ran (`build_setup`'s, the live server's
+    own): with them another profile can be judged on the same live runs."""
 
     @property
     def counts_agree(self) -> bool:
@@ -85,15 +86,23 @@ class CellVerdict:
     def as_dict(self) -> dict:
         return {"trace": self.trace, "settings": self.settings, "runs": self.runs, "ok": self.ok,
                 "counts": self.counts, "counts_agree": self.counts_agree,
-                "beyond_fit": self.beyond_fit, "figures": [asdict(j) for j in self.judged]}
+                "beyond_fit": self.beyond_fit, "sim_settings": self.sim_settings,
+                "figures": [asdict(j) for j in self.judged]}
 
 
-def cell_verdict(trace: str, settings: str, live: list[Summary], sim: Summary, leavers: int,
-                 beyond_fit: list[str]) -> CellVerdict:
-    runs = [s.as_dict() for s in live]
-    simulated = sim.as_dict()
+def cell_verdict(trace: str, settings: str, live: list[dict], sim: dict, leavers: int,
+                 beyond_fit: list[str], sim_settings: dict | None = None) -> CellVerdict:
+    """`live`: each run's summary (`Summary.as_dict()`, or at least `FIGURES` and
+    `EXACT`); `sim`: the simulated side's."""
     return CellVerdict(trace, settings, len(live),
-                       [judge(f, [r[f] for r in runs], simulated[f], leavers) for f in FIGURES],
-                       {name: {"live": [r[name] for r in runs], "sim": simulated[name]}
+                       [judge(f, [r[f] for r in live], sim[f], leavers) for f in FIGURES],
+                       {name: {"live": [r[name] for r in live], "sim": sim[name]}
                         for name in EXACT},
-                       beyond_fit)
+                       beyond_fit, dict(sim_settings or {}))
+
+
+def recorded_runs(cell: dict) -> list[dict]:
+    """Each live run of a cell as `validate.json` keeps it: its figures and counts."""
+    columns = {f["figure"]: f["live"] for f in cell["figures"]}
+    columns.update({name: c["live"] for name, c in cell["counts"].items()})
+    return [{name: values[i] for name, values in columns.items()} for i in range(cell["runs"])]

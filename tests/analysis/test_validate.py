@@ -69,6 +69,29 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
     assert (out / "validate.png").read_bytes()[:4] == b"\x89PNG"
     assert "| mixed | chunked-64 | 3 |" in (out / "validate.md").read_text()
 
+    # the same live runs judged again: with the same profile, the same verdicts (the
+    # simulator is deterministic); with another, the same live figures beside new ones
+    again = tmp_path / "again"
+    assert analysis_main(["validate", "--live-from", str(out), "--profile", str(profile),
+                          "--out", str(again)]) == 0
+    rejudged = json.loads((again / "validate.json").read_text())
+    assert rejudged["cells"] == data["cells"]
+    assert f"the live runs recorded in {out}" in rejudged["header"]
+    slow = tmp_path / "slow.json"
+    doubled = json.loads(profile.read_text())
+    doubled["coefficients"] = {k: 2 * v for k, v in doubled["coefficients"].items()}
+    slow.write_text(json.dumps(doubled))
+    assert analysis_main(["validate", "--live-from", str(out), "--profile", str(slow),
+                          "--out", str(tmp_path / "slow")]) == 0
+    for before, after in zip(data["cells"], json.loads((tmp_path / "slow" / "validate.json")
+                                                       .read_text())["cells"]):
+        assert after["counts"] == before["counts"]
+        first, second = ({f["figure"]: f for f in cell["figures"]} for cell in (before, after))
+        assert all(second[f]["live"] == first[f]["live"] for f in FIGURES)
+        assert second["ttft_client_p50_s"]["sim"] > first["ttft_client_p50_s"]["sim"]
+    assert analysis_main(["validate", "--live-from", str(out), "--profile", str(profile),
+                          "--out", str(out)]) == 2
+
 
 def test_a_running_server_is_judged_at_its_own_settings_only(tmp_path, monkeypatch):
     logged = []

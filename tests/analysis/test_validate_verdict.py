@@ -12,10 +12,10 @@ from traces.summary import Tally
 
 
 def Summary_of(**counts):
-    """A summary of no request, with the counts given."""
+    """A summary of no request, with the counts given, as a cell keeps it."""
     from dataclasses import replace
     with Tally(None) as tally:
-        return replace(tally.summary(tokens_generated=0), **counts)
+        return replace(tally.summary(tokens_generated=0), **counts).as_dict()
 
 
 def test_the_error_is_against_the_median_and_the_spread_is_shown_not_added():
