@@ -1,6 +1,14 @@
 """Fit a `LinearCost` from a live step log with non-negative least squares, and say
 how well it predicts steps it was not fitted on.
 
+The fit goes in two stages, as the work does: the decode-only steps price what
+every step pays (a fixed cost, a sequence decoded, a context token read); the steps
+with prompt work then price the prompts (a prompt, a token, attention's square,
+a prefix read back) over what their decodes cost at those prices. Fitted in one
+go, the long prefills' seconds would set the decode terms too, and terms that rise
+together (a batch's sequences and their context) would share their costs
+differently from one calibration to the next.
+
 A step log is JSONL, one line per step: the `PlanFeatures` fields plus `step`,
 `start_s`, `duration_s` (seconds) and maybe `device`."""
 from __future__ import annotations
@@ -80,7 +88,7 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
         raise ValueError(f"{len(steps)} steps are too few to fit {len(FEATURES)} terms and hold some out")
     order = np.random.default_rng(seed).permutation(len(steps))
     hold, train = order[:n_hold], order[n_hold:]
-    coef = _nnls(x[train], y[train])
+    coef = _staged(x[train], y[train])
     linear = LinearCost(**dict(zip(FEATURES, map(float, coef))))
     cost = _with_batch_excess(linear, [steps[i] for i in train], y[train] - x[train] @ coef)
     actual = y[hold]
@@ -102,37 +110,70 @@ MIN_STEPS_PER_BATCH = 3
 
 
 def _with_batch_excess(linear: LinearCost, steps: list[dict], residuals: np.ndarray) -> LinearCost:
-    """The linear model with a per-batch-size correction, if the correction taken
-    from one half of the steps predicts the other half better than the linear terms
-    alone do (on noise it would only add noise)."""
+    """The linear model with a per-batch-size correction where it earns its place:
+    at each batch size whose correction, taken from one half of the steps, predicts
+    the other half's decode-only steps of that size better than the linear terms
+    alone (on noise it would only add noise). One size can bend (a single sequence
+    through a CPU's matrix-vector path, say) while the rest stay linear."""
     half = len(steps) // 2
-    trial = replace(linear, batch_excess=_batch_excess(steps[:half], residuals[:half]))
-    rest = steps[half:]
-    if _rel_error(trial, rest) >= _rel_error(linear, rest):
+    trial = _batch_medians(_decode_batches(steps[:half]), residuals[:half])
+    held = _decode_batches(steps[half:])
+    kept = {}
+    for batch, median in _batch_medians(_decode_batches(steps), residuals).items():
+        others = [steps[half + i] for i in held.get(batch, [])]
+        corrected = replace(linear, fixed=linear.fixed + trial.get(batch, 0.0))
+        better = batch in trial and others and _rel_error(corrected, others) < _rel_error(linear, others)
+        kept[batch] = median if better else 0.0
+    if not any(kept.values()):
         return linear
-    return replace(linear, batch_excess=_batch_excess(steps, residuals))
+    sizes = sorted(kept)
+    excess = np.interp(np.arange(1, sizes[-1] + 1), sizes, [kept[b] for b in sizes])
+    return replace(linear, batch_excess=tuple(float(v) for v in excess))
 
 
 def _rel_error(cost: LinearCost, steps: list[dict]) -> float:
     return sum(abs(cost.cost(_features(s)) / s["duration_s"] - 1) for s in steps)
 
 
-def _batch_excess(steps: list[dict], residuals: np.ndarray) -> tuple[float, ...]:
-    """The median residual of decode-only steps at each batch size with enough
-    steps, interpolated between those sizes."""
-    by_batch: dict[int, list[float]] = {}
-    for step, r in zip(steps, residuals):
+def _decode_batches(steps: list[dict]) -> dict[int, list[int]]:
+    """The indices of the decode-only steps, by batch size."""
+    by_batch: dict[int, list[int]] = {}
+    for i, step in enumerate(steps):
         if step["num_prefills"] == 0 and step["decode_batch"] > 0:
-            by_batch.setdefault(step["decode_batch"], []).append(float(r))
-    sizes = sorted(b for b, rs in by_batch.items() if len(rs) >= MIN_STEPS_PER_BATCH)
-    if not sizes:
-        return ()
-    medians = [float(np.median(by_batch[b])) for b in sizes]
-    return tuple(float(v) for v in np.interp(np.arange(1, sizes[-1] + 1), sizes, medians))
+            by_batch.setdefault(step["decode_batch"], []).append(i)
+    return by_batch
+
+
+def _batch_medians(by_batch: dict[int, list[int]], residuals: np.ndarray) -> dict[int, float]:
+    """The median residual at each batch size with at least `MIN_STEPS_PER_BATCH`
+    steps."""
+    return {b: float(np.median(residuals[idx])) for b, idx in sorted(by_batch.items())
+            if len(idx) >= MIN_STEPS_PER_BATCH}
 
 
 def _features(step: dict) -> PlanFeatures:
     return PlanFeatures(**{name: step[name] for name in PlanFeatures.__slots__ if name in step})
+
+
+DECODE_TERMS = ("fixed", "decode_batch", "context_tokens")
+"""The terms a decode-only step pays, fitted on those steps alone."""
+
+
+def _staged(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The decode terms from the decode-only steps, then the prompt terms from the
+    rest of the steps less their decode terms' cost. A log with too few steps of
+    either kind is fitted in one go."""
+    decode_cols = [FEATURES.index(t) for t in DECODE_TERMS]
+    prompt_cols = [i for i in range(len(FEATURES)) if i not in decode_cols]
+    decode_only = x[:, FEATURES.index("num_prefills")] == 0
+    if min(decode_only.sum(), (~decode_only).sum()) < 2 * len(FEATURES):
+        return _nnls(x, y)
+    coef = np.zeros(len(FEATURES))
+    coef[decode_cols] = _nnls(x[decode_only][:, decode_cols], y[decode_only])
+    prompt = ~decode_only
+    decodes_cost = x[prompt][:, decode_cols] @ coef[decode_cols]
+    coef[prompt_cols] = _nnls(x[prompt][:, prompt_cols], y[prompt] - decodes_cost)
+    return coef
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:

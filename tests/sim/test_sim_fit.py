@@ -154,3 +154,41 @@ def test_profile_keeps_the_batch_correction(tmp_path):
     path = tmp_path / "p.json"
     save_profile(profile, path)
     assert load_profile(path).cost_model() == profile.cost_model()
+
+
+def single_row_log():
+    """One sequence costs less than the linear terms say (a CPU's matrix-vector path
+    for one row); every other batch is linear."""
+    rng = np.random.default_rng(9)
+    steps = []
+    for i in range(400):
+        batch = int(rng.integers(1, 9))
+        f = PlanFeatures(0, 0, 0, batch, batch * 100)
+        duration = 0.05 + 0.004 * batch + 1e-6 * f.context_tokens - (0.01 if batch == 1 else 0.0)
+        steps.append({"step": i + 1, "start_s": 0.0, "duration_s": duration, **f.as_dict()})
+    return steps
+
+
+def test_the_batch_correction_bends_only_the_sizes_that_need_it():
+    cost, report = fit(single_row_log(), holdout_fraction=0.25, seed=0)
+    assert len(cost.batch_excess) == 8
+    one = PlanFeatures(0, 0, 0, 1, 100)
+    assert cost.cost(one) == pytest.approx(0.05 + 0.004 + 1e-4 - 0.01, rel=1e-3)
+    for batch in range(2, 9):
+        f = PlanFeatures(0, 0, 0, batch, batch * 100)
+        assert cost.cost(f) == pytest.approx(0.05 + 0.004 * batch + 1e-4 * batch, rel=5e-3), batch
+    assert report.mape < 5e-3
+
+
+def test_prompt_steps_do_not_move_what_a_decode_costs():
+    """Steps with prompts pay a cost the terms do not name (here a per-step one,
+    the prompt path's own): the decode terms come from decode-only steps all the
+    same, and the prompt terms take up the rest."""
+    steps = synthetic_log(n=600, noise=0.0)
+    for s in steps:
+        if s["num_prefills"]:
+            s["duration_s"] += 0.05
+    cost, _ = fit(steps, holdout_fraction=0.2, seed=0)
+    for name in ("fixed", "decode_batch", "context_tokens"):
+        assert getattr(cost, name) == pytest.approx(getattr(TRUE, name), rel=1e-6), name
+    assert cost.num_prefills > TRUE.num_prefills
