@@ -41,6 +41,9 @@ class Server(Protocol):
 
     step_times: StepTimes
 
+    def taken_in(self) -> float:
+        """Seconds from now until a request that arrives now reaches `open`."""
+
     def open(self, client: SimClient) -> None:
         """Submit the request and open its connection; raises the core's refusal."""
 
@@ -70,7 +73,7 @@ class SimClient:
 
     __slots__ = ("env", "request", "behaviour", "server", "request_s", "instant",
                  "leave_after_tokens", "leaves_after_index", "outcome", "connection", "done",
-                 "ended", "runs", "next_run", "run_end", "early", "on_done", "_readable")
+                 "ended", "runs", "cuts", "early", "on_done", "_readable")
 
     def __init__(self, env: simpy.Environment, request: TraceRequest, server: Server,
                  overheads: Overheads, on_done: Callable[[SimClient], None] | None = None):
@@ -97,10 +100,12 @@ class SimClient:
         self.runs: list[tuple[int, int]] = []
         """An instant reader's (token index, step) where each run of one token a
         step begins (see the module)."""
-        self.next_run = 0
-        """The index of the token that begins the next run."""
-        self.run_end: int | None = None
-        """Where the last run ended, when its sequence was preempted."""
+        self.cuts: list[int] = []
+        """The tokens made when each preemption took the sequence's blocks: a run
+        begins at token 0 and at each of these. A preemption can come before the
+        delivery of the token that began its run (delivery waits `delivery_s`
+        after the step), so a run's end is known from these, not from the order
+        of events."""
         self.early: dict[int, float] | None = None
         """An instant reader's tokens taken before their step's delivery (those of a
         prefill pass that ended before its step), by index: when it took them."""
@@ -111,7 +116,7 @@ class SimClient:
         if behaviour.leave_after_s is not None:
             env.timeout(behaviour.leave_after_s).callbacks.append(lambda _: self.leave())
         if self.request_s:
-            yield env.timeout(self.request_s)
+            yield env.timeout(self.server.taken_in())
         if self.done:
             return  # left before the request was sent
         # The server answers with headers once it has the request, before admission
@@ -209,10 +214,19 @@ class SimClient:
         if self.on_done is not None:
             self.on_done(self)
 
+    def starts_run(self, index: int) -> bool:
+        """Whether token `index` is the first of a run."""
+        return index == 0 or index in self.cuts
+
+    @property
+    def run_end(self) -> int | None:
+        """Where the last run begun ends, if its sequence was preempted since."""
+        start = self.runs[-1][0] if self.runs else 0
+        return min((c for c in self.cuts if c > start), default=None)
+
     def new_run(self, index: int, step: int) -> None:
         """Token `index` came with `step`: a run of one token a step begins."""
         self.runs.append((index, step))
-        self.run_end = None
 
     def took_early(self, index: int, at: float) -> None:
         """Token `index` came at `at`, before the delivery of its step."""
@@ -223,7 +237,7 @@ class SimClient:
     def preempted(self, tokens: int) -> None:
         """The sequence lost its blocks after making `tokens`: the run ends there,
         and the next begins with the token it makes when re-admitted."""
-        self.next_run = self.run_end = tokens
+        self.cuts.append(tokens)
 
     def _took_steps(self, tokens: int) -> None:
         """An instant reader's record of the `tokens` it took, one per step within

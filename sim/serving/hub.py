@@ -69,6 +69,17 @@ class Hub:
         self.readers_cut = 0
         """Readers of closed streams cut for making no progress."""
         self._drained: simpy.Event | None = None
+        self.front_free_s = 0.0
+        """When the server's front (HTTP, validation, tokenizing) is next free."""
+
+    def taken_in(self) -> float:
+        """The live server takes requests in on one event loop, one after another,
+        `request_s` each: of requests that arrive together (a load tool's users all
+        starting at once, a burst) the first reaches the engine alone and the rest
+        wait for its step, as they do live."""
+        start = max(self.env.now, self.front_free_s)
+        self.front_free_s = start + self.overheads.request_s
+        return self.front_free_s - self.env.now
 
     def open(self, client: Reader) -> None:
         """Submit the client's request; a refusal propagates before the stream opens."""
@@ -175,7 +186,7 @@ class Hub:
                 reader = instant.get(event.seq_id)
                 if reader is not None:
                     index = event.index
-                    starts = index == reader.next_run
+                    starts = reader.starts_run(index)
                     if starts:
                         reader.new_run(index, step_index)
                     if index == reader.leaves_after_index:
@@ -281,9 +292,11 @@ class Hub:
         """A run of an instant reader's tokens began with token `index` at `step`: its
         sequence makes one token a step until the run ends, so its tokens need no
         events, and the token it leaves after comes with a step known now. (A
-        sequence that finished with that token has no run to quiet.)"""
+        sequence that finished with that token has no run to quiet, and one
+        preempted before the token was delivered has ended the run already: its
+        next run must be seen.)"""
         seq = self.core.sequence(reader.request.id)
-        if seq is None:
+        if seq is None or reader.run_end is not None:
             return
         seq.emits_tokens = False
         leaves = reader.leaves_after_index

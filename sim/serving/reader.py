@@ -24,7 +24,7 @@ class Reader(Protocol):
     """The stream's final event from the engine was delivered."""
     instant: bool
     runs: list[tuple[int, int]]
-    next_run: int
+    run_end: int | None
     leaves_after_index: int
 
     def notify(self) -> None:
@@ -38,6 +38,9 @@ class Reader(Protocol):
 
     def cut(self) -> None:
         """The server dropped the connection: read nothing more."""
+
+    def starts_run(self, index: int) -> bool:
+        """Whether an instant reader's token `index` is the first of a run."""
 
     def new_run(self, index: int, step: int) -> None:
         """An instant reader's token `index` came with `step`: a run of one token a

@@ -73,12 +73,17 @@ def test_token_times_are_the_delivery_times_of_consecutive_steps():
             assert o.token_times_s == delivered[first:first + o.tokens_read]
 
 
-def test_headers_arrive_after_the_request_overhead_refusals_included():
+def test_headers_arrive_after_the_request_overhead_one_request_at_a_time_refusals_included():
+    # the server's front takes requests in one after another: of three that arrive
+    # together the second waits for the first, the third for both
     trace = [TraceRequest("a", 0.0, 10, 3), TraceRequest("b", 0.0, 10, 3),
+             TraceRequest("d", 0.0, 10, 3),
              TraceRequest("c", 0.125, 10, 3, client=Client(leave_after_s=0.0625))]
     result = replay(trace, ReplaySetup(SchedulerConfig(num_blocks=8, max_batch=1, max_waiting=1),
-                                       LinearCost(fixed=0.5), overheads=Overheads(request_s=0.25)))
-    a, b, c = result.outcomes
-    assert (a.headers_s, a.refused, a.first_token_client_s) == (0.25, None, 0.75)
-    assert (b.headers_s, b.refused) == (0.25, "queue_full")
+                                       LinearCost(fixed=1.0), overheads=Overheads(request_s=0.25)))
+    a, b, d, c = result.outcomes
+    # a alone reaches the engine (its three steps end at 3.25); b waits, d is refused
+    assert (a.headers_s, a.refused, a.admitted_s, a.first_token_client_s) == (0.25, None, 0.25, 1.25)
+    assert (b.headers_s, b.refused, b.admitted_s) == (0.5, None, 3.25)
+    assert (d.headers_s, d.refused) == (0.75, "queue_full")
     assert (c.headers_s, c.left_s, c.admitted_s) == (None, 0.1875, None)
