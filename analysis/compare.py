@@ -13,7 +13,8 @@ from pathlib import Path
 
 from live.client.loadgen import replay as live_replay
 from scheduler.settings import ServeSettings
-from sim import Profile, TimeSeries, build_setup, replay as sim_replay, summarize_replay
+from sim import (Profile, ReplaySetup, TimeSeries, build_setup, replay as sim_replay,
+                 summarize_replay)
 from sim.fitted_ranges import Beyond
 from sim.replay import Probe
 from traces import TraceRequest
@@ -76,8 +77,7 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
                            f"accepted requests ({', '.join(unrecorded[:5])}): without them "
                            f"the tokens it made, and wasted, are unknown")
     live_series = series_from_steps(steps, result.started_unix)
-    setup = build_setup(profile.cost_model(), fitted=profile.ranges(), **info.sim_settings(),
-                        **profile.overheads)
+    setup = simulated_server(profile, info.sim_settings())
     live = Side(result.outcomes, live_series, summarize_replay(
         Tally.of(result.outcomes, setup.slo), live_series,
         preemptions=sum(r["preemptions"] for r in records),
@@ -92,6 +92,13 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
     return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info,
                       stats_after=result.stats_after, records=records,
                       started_unix=result.started_unix, beyond_fit=simulated.beyond_fitted)
+
+
+def simulated_server(profile: Profile, sim_settings: dict) -> ReplaySetup:
+    """The simulator set up as a live server ran (its `ServerInfo.sim_settings()`),
+    with the profile's step costs, fitted ranges and overheads."""
+    return build_setup(profile.cost_model(), fitted=profile.ranges(), **sim_settings,
+                       **profile.overheads)
 
 
 def _dropped_events(before: dict | None, after: dict | None) -> int | None:

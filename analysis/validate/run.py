@@ -11,9 +11,9 @@ from itertools import groupby
 from pathlib import Path
 
 from scheduler.settings import ServeSettings
-from sim import Profile, build_setup, replay as sim_replay
+from sim import Profile, replay as sim_replay
 
-from ..compare import compare
+from ..compare import compare, simulated_server
 from ..live_target import Access, live_target
 from .matrix import SETTINGS, TRACES, Cell
 from .verdict import CellVerdict, cell_verdict, recorded_runs
@@ -72,9 +72,7 @@ def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
             raise ValueError(f"{recorded}: cell {cell['trace']} × {cell['settings']} does not "
                              f"keep the settings it ran (written by an older validate)")
         trace = TRACES[cell["trace"]](settings["max_model_len"])
-        setup = build_setup(profile.cost_model(), fitted=profile.ranges(), **settings,
-                            **profile.overheads)
-        simulated = sim_replay(trace, setup)
+        simulated = sim_replay(trace, simulated_server(profile, settings))
         verdicts.append(cell_verdict(cell["trace"], cell["settings"], recorded_runs(cell),
                                      simulated.summary.as_dict(),
                                      sum(r.client.leaves for r in trace),
