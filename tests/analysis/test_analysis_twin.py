@@ -105,7 +105,9 @@ def test_the_calibration_fits_chunks_that_read_their_prompt_back(model_dir, tmp_
     budget = {"max_prefill_tokens": 64, "chunked_prefill": True} if chunking else {}
     settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128, **budget)
     workload = calibration_workload(4, mixed_count=6, time_scale=0.1, max_model_len=256)
-    chunks = chunk_workload(4, time_scale=0.1, max_model_len=256)
+    # the long prompts come within milliseconds of the decoders: a tiny model's 64
+    # decode steps then outlast every chunk, however fast the machine steps
+    chunks = chunk_workload(4, time_scale=0.01, max_model_len=256)
     assert {r.prompt_tokens for r in chunks if r.id.startswith("chunk-prompt")} == {248}
     profile, _ = calibrate(settings, tmp_path / "cal", log=lambda *a: None, workload=workload,
                            chunks=chunks)
