@@ -26,9 +26,11 @@ TAIL_TIMEOUT_S = 1.0
 
 
 class ReplaySetup:
-    """Settings and clocks shared by the requests of one replay. Times are seconds
-    from its start; the server's own times (unix seconds on the same host) are
-    converted with the wall clock read at that start."""
+    """Settings and the clock shared by the requests of one replay. Times are
+    seconds from its start on the wall clock, the clock the server stamps its own
+    times with: the loop's monotonic clock and the wall clock part by up to half a
+    millisecond a second while NTP slews, enough to put a server's first token after
+    the client read it."""
 
     def __init__(self, target: Target, *, time_scale: float, max_connections: int | None,
                  prompt_filler: Callable[[TraceRequest], list[int]], timeout_s: float,
@@ -46,11 +48,10 @@ class ReplaySetup:
         self.timeout_s = timeout_s
         self.recv_buffer_bytes = recv_buffer_bytes
         self.loop = asyncio.get_running_loop()
-        self.loop_start = self.loop.time()
         self.wall_start = time.time()
 
     def now(self) -> float:
-        return self.loop.time() - self.loop_start
+        return time.time() - self.wall_start
 
     def server_id(self, request: TraceRequest) -> str | None:
         """The id to name `request`'s stream by, if the replay names streams."""
@@ -105,7 +106,7 @@ class ReplayedRequest:
                 return
             o.arrival_s = setup.now()
             leave_at = (None if client.leave_after_s is None
-                        else setup.loop_start + o.arrival_s + client.leave_after_s)
+                        else setup.loop.time() + client.leave_after_s)
             response = Response(connection)
             ending = _Ending.LEAVE
             time_up = asyncio.timeout_at(leave_at)
