@@ -1,10 +1,12 @@
 """Calibration: drive the live server with a workload that covers the plan
 features, fit the step-cost model from the steps the server recorded meanwhile,
-measure what lies outside the steps from the clients' timings, and save it all as
-a profile named after the server's hardware, model and dtype."""
+measure what lies outside the steps from the clients' timings beside the server's
+records, and save it all as a profile named after the server's hardware, model
+and dtype."""
 from __future__ import annotations
 
 import json
+import secrets
 import statistics
 import sys
 from dataclasses import replace
@@ -78,10 +80,10 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
             chunks, chunks_apart = [], False
         log(f"calibrating: {info.model} on {info.hardware} ({info.device}, {info.dtype}) at "
             f"{target.url}, {len(workload) + len(chunks)} requests")
-        result, steps = _drive(target, workload)
+        result, steps, records = _drive(target, workload)
         if chunks and not chunks_apart:
             steps += _drive(target, chunks)[1]
-        url, clock_offset_s = target.url, target.clock_offset_s
+        url = target.url
     if chunks_apart:
         chunking = replace(server, chunked_prefill=True, max_prefill_tokens=CHUNK_TOKENS)
         with live_target(chunking, out_dir / "calibration-chunks-server.log", access) as target:
@@ -94,7 +96,7 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
                             dtype=short_dtype(info.dtype), device=info.device,
                             block_size=config["block_size"], max_batch=config["max_batch"],
                             num_blocks=config["num_blocks"])
-    profile = replace(profile, overheads=overheads(result, clock_offset_s))
+    profile = replace(profile, overheads=overheads(result, records))
     path = out_dir / "profile.json"
     save_profile(profile, path)
     cached = cached_profile_path(info.hardware, info.model, info.dtype)
@@ -107,29 +109,47 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
     return profile, path
 
 
-def _drive(target: LiveTarget, workload: list[TraceRequest]) -> tuple[LiveReplay, list[dict]]:
+def _drive(target: LiveTarget, workload: list[TraceRequest]
+           ) -> tuple[LiveReplay, list[dict], dict[str, dict]]:
     """Replay `workload` against `target` after a warm-up, with a progress bar: the
-    clients' records and the steps the server logged meanwhile."""
+    clients' records, the steps the server logged meanwhile and the server's record
+    of each request, by trace id."""
     keys = target.access.replay_options()
     live_replay(target.url, WARMUP, **keys)  # first steps pay one-off allocation costs
-    mark = target.last_step()
+    mark, finished_mark = target.last_step(), target.last_request()
+    prefix = f"cal-{secrets.token_hex(4)}-"
     with tqdm(total=len(workload), unit="req", desc="calibration", file=sys.stderr,
               dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
-        result = live_replay(target.url, workload, on_done=bar.update, **keys)
-    return result, target.steps_after(mark)
+        result = live_replay(target.url, workload, on_done=bar.update, request_id_prefix=prefix,
+                             **keys)
+    records = {r["id"].removeprefix(prefix): r for r in target.requests_after(finished_mark)
+               if r["id"].startswith(prefix)}
+    return result, target.steps_after(mark), records
 
 
-def overheads(result: LiveReplay, clock_offset_s: float = 0.0) -> dict[str, float]:
-    """From arrival to admission for requests that found the engine idle (the solo
-    ones): HTTP, validation and the step loop waking up. From the engine's first
-    token to the client's: delivery. The engine's times are on the server's clock,
-    `clock_offset_s` ahead of the client's."""
-    solo = [o for o in result.outcomes if o.id.startswith("solo-") and o.admitted_s is not None]
-    delivered = [o.first_token_client_s - o.first_token_engine_s + clock_offset_s
-                 for o in result.outcomes
-                 if o.first_token_client_s is not None and o.first_token_engine_s is not None]
+def overheads(result: LiveReplay, records: dict[str, dict]) -> dict[str, float]:
+    """What lies outside the steps, from the server's records (its times on this
+    host's clock) beside the clients': for requests that found the engine idle (the
+    solo ones), from arrival to the server's hands (HTTP, validation, tokenizing)
+    and from there to admission (the step loop waking); for requests sent together
+    (the burst), how far apart the server took them in; from the engine's first
+    token to the client's, delivery."""
+    def since_start(unix: float) -> float:
+        return unix - result.started_unix
+
+    outcomes = {o.id: o for o in result.outcomes if o.id in records}
+    solo = [(o, records[i]) for i, o in outcomes.items()
+            if i.startswith("solo-") and records[i]["admitted_unix"] is not None]
+    taken = sorted(since_start(records[i]["arrival_unix"]) for i in outcomes
+                   if i.startswith("burst-"))
+    delivered = [o.first_token_client_s - since_start(records[i]["first_token_unix"])
+                 for i, o in outcomes.items()
+                 if o.first_token_client_s is not None and records[i]["first_token_unix"] is not None]
     return {
-        "request_s": max(0.0, statistics.median(o.admitted_s - clock_offset_s - o.arrival_s
-                                                for o in solo)),
+        "request_s": max(0.0, statistics.median(since_start(r["arrival_unix"]) - o.arrival_s
+                                                for o, r in solo)),
+        "front_s": (taken[-1] - taken[0]) / (len(taken) - 1) if len(taken) > 1 else 0.0,
+        "wake_s": max(0.0, statistics.median(r["admitted_unix"] - r["arrival_unix"]
+                                             for _, r in solo)),
         "delivery_s": max(0.0, statistics.median(delivered)),
     }

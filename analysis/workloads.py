@@ -1,6 +1,8 @@
 """The calibration workload: requests chosen to cover what the cost model reads.
-Solo requests of growing prompt length (prefill cost); a ladder of decode batch
-sizes from 1 to the batch limit, each size held for a dozen steps; Poisson
+Solo requests of growing prompt length (prefill cost, and the server's overheads
+for one request); a burst of short requests sent at once (how fast the server's
+front takes requests in); a ladder of decode batch sizes from 1 to the batch
+limit, each size held for a dozen steps; Poisson
 arrivals with some slow readers and leavers, so that mixed steps are fitted while
 the server also streams to clients, as in serving; then the full batch for a few
 hundred steps, its contexts growing token by token to what a busy server decodes,
@@ -14,6 +16,8 @@ from dataclasses import replace
 from traces import ClientMix, LeaveHow, TraceRequest, Uniform, generate
 
 SOLO_PROMPTS = (32, 128, 256, 512)
+BURST = 16
+"""Requests sent at once, to time the server's front in a burst."""
 LADDER_TOKENS = 12
 LONG_PROMPTS = (64, 192)
 """The long rung's prompts spread over this range: short enough that its prefill
@@ -49,6 +53,8 @@ def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
     for i, prompt in enumerate(SOLO_PROMPTS):
         requests.append(TraceRequest(f"solo-{i}", t, fitted(prompt, 8), 8))
         t += 0.5 + prompt * 0.004  # room for its prefill and decodes on a slow CPU
+    requests += [TraceRequest(f"burst-{i}", t, fitted(16, 4), 4) for i in range(BURST)]
+    t += 1.0 + 0.1 * BURST
     for b in batch_ladder(max_batch):
         requests += [TraceRequest(f"ladder-{b}-{i}", t, fitted(24 + 8 * i, LADDER_TOKENS),
                                   LADDER_TOKENS) for i in range(b)]

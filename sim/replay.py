@@ -138,7 +138,7 @@ class Arrivals:
                 raise ValueError(f"request id {request.id!r} is already in flight")
             if at != request.arrival_s:  # its record says when it was sent
                 request = replace(request, arrival_s=at)
-            client = in_flight[request.id] = SimClient(env, request, hub, setup.overheads,
+            client = in_flight[request.id] = SimClient(env, request, hub,
                                                        None if request.session is None else done)
             env.process(client.run())
 

@@ -118,8 +118,13 @@ class SimSettings:
                      sorted(WIRE_FORMATS))
     max_tokens_factor: float = _own(1.0, "clients ask for this many times the tokens they "
                                          "get, which whole-length reservation holds")
-    request_s: float | None = _overhead("request_s", "from arrival to the core's inbox: HTTP, "
+    request_s: float | None = _overhead("request_s", "from arrival to the core's inbox while "
+                                                     "the server's front is free: HTTP, "
                                                      "validation, tokenization")
+    front_s: float | None = _overhead("front_s", "how far apart requests that arrive together "
+                                                 "reach the core's inbox")
+    wake_s: float | None = _overhead("wake_s", "from a wish reaching an idle engine to its "
+                                               "step starting")
     delivery_s: float | None = _overhead("delivery_s", "from the end of a step to its events "
                                                        "in the streams' queues")
     disconnect_detect_s: float | None = _overhead("disconnect_detect_s", "from a client "

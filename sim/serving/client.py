@@ -26,7 +26,6 @@ from scheduler import (FinishReason, InvalidRequest, KeyLimitReached, QueueFull,
 from traces.outcome import Refusal, RequestOutcome
 from traces.record import ReadMode, TraceRequest
 
-from ..overheads import Overheads
 from .connection import Connection
 from .step_times import StepTimes
 
@@ -71,12 +70,12 @@ class SimClient:
     this client read each event. `finish_s` is when it read the stream's last event,
     or when it left."""
 
-    __slots__ = ("env", "request", "behaviour", "server", "request_s", "instant",
+    __slots__ = ("env", "request", "behaviour", "server", "instant",
                  "leave_after_tokens", "leaves_after_index", "outcome", "connection", "done",
                  "ended", "runs", "cuts", "early", "on_done", "_readable")
 
     def __init__(self, env: simpy.Environment, request: TraceRequest, server: Server,
-                 overheads: Overheads, on_done: Callable[[SimClient], None] | None = None):
+                 on_done: Callable[[SimClient], None] | None = None):
         """`on_done`: told when the client is done (its session's next request may go)."""
         behaviour = request.client
         self.env = env
@@ -84,7 +83,6 @@ class SimClient:
         self.request = request
         self.behaviour = behaviour
         self.server = server
-        self.request_s = overheads.request_s
         self.instant = behaviour.read is ReadMode.INSTANT
         self.leave_after_tokens = behaviour.leave_after_tokens
         self.leaves_after_index = (behaviour.leave_after_tokens or 0) - 1
@@ -115,8 +113,9 @@ class SimClient:
         env, behaviour = self.env, self.behaviour
         if behaviour.leave_after_s is not None:
             env.timeout(behaviour.leave_after_s).callbacks.append(lambda _: self.leave())
-        if self.request_s:
-            yield env.timeout(self.server.taken_in())
+        delay = self.server.taken_in()
+        if delay:
+            yield env.timeout(delay)
         if self.done:
             return  # left before the request was sent
         # The server answers with headers once it has the request, before admission

@@ -1,6 +1,7 @@
 """The engine loop on the virtual clock: plan a step, wait what the cost model
 says it takes, commit it with dummy token ids and hand its events to the hub. With
-nothing to step it sleeps until a wish (submit, cancel, pause, resume) wakes it.
+nothing to step it sleeps until a wish (submit, cancel, pause, resume) wakes it,
+and starts `wake_s` later.
 
 With prefill passes (`SchedulerConfig.prefill_pass_tokens`) a step's prompts make
 their first tokens pass by pass, as the live engine hands them on: each pass takes
@@ -44,11 +45,12 @@ class SimEngine:
         # steady runs need each step delivered as it ends, and no token to look at
         runs = not engine_waits and not hub.overheads.delivery_s and not self.stops_early
         pass_tokens = core.config.prefill_pass_tokens
+        wake_s = hub.overheads.wake_s
         while True:
             while engine_waits and hub.backlogged:
                 yield hub.until_drained()
             if not core.has_work():
-                yield self._sleep()
+                yield from self._idle(wake_s)
                 continue
             plan = core.plan()
             if plan.preempted:
@@ -60,7 +62,7 @@ class SimEngine:
                 if plan.finished:  # cancels applied with nothing to compute
                     hub.committed(plan.finished, env.now, from_step=False)
                 else:  # everything is paused
-                    yield self._sleep()
+                    yield from self._idle(wake_s)
                 continue
             left = cost.cost(plan.features)
             handed = None
@@ -164,9 +166,13 @@ class SimEngine:
                 ends[seq.id] = FinishReason.EOS
         return ends
 
-    def _sleep(self) -> simpy.Event:
+    def _idle(self, wake_s: float):
+        """Sleep until a wish wakes the engine, which then takes `wake_s` to start,
+        as the live step loop does: what reaches the inbox meanwhile joins its step."""
         self._wakeup = self.env.event()
-        return self._wakeup
+        yield self._wakeup
+        if wake_s:
+            yield self.env.timeout(wake_s)
 
     def _record(self, tokens: int) -> None:
         core = self.core

@@ -69,17 +69,20 @@ class Hub:
         self.readers_cut = 0
         """Readers of closed streams cut for making no progress."""
         self._drained: simpy.Event | None = None
-        self.front_free_s = 0.0
-        """When the server's front (HTTP, validation, tokenizing) is next free."""
+        self.front_last_s = float("-inf")
+        """When the server's front last handed a request to the core."""
 
     def taken_in(self) -> float:
-        """The live server takes requests in on one event loop, one after another,
-        `request_s` each: of requests that arrive together (a load tool's users all
-        starting at once, a burst) the first reaches the engine alone and the rest
-        wait for its step, as they do live."""
-        start = max(self.env.now, self.front_free_s)
-        self.front_free_s = start + self.overheads.request_s
-        return self.front_free_s - self.env.now
+        """How long from now until a request arriving now is in the core's inbox.
+        The live server takes requests in on one event loop, one after another: a
+        request alone takes `request_s`, and of requests that arrive together (a
+        load tool's users all starting at once, a burst) each follows the last by
+        `front_s`, so an idle engine may start a step with the first while the
+        rest wait for that step, as they do live."""
+        now = self.env.now
+        self.front_last_s = max(now + self.overheads.request_s,
+                                self.front_last_s + self.overheads.front_s)
+        return self.front_last_s - now
 
     def open(self, client: Reader) -> None:
         """Submit the client's request; a refusal propagates before the stream opens."""

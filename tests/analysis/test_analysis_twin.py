@@ -33,7 +33,12 @@ def test_calibrate_compare_and_report(model_dir, tmp_path):
     profile, path = calibrate(settings, tmp_path / "cal", workload=workload, log=lambda *a: None)
     saved = json.loads(path.read_text())
     assert saved["steps"] > 20 and saved["max_batch"] == 4
-    assert set(saved["overheads"]) == {"request_s", "delivery_s"}
+    overheads = saved["overheads"]
+    assert set(overheads) == {"request_s", "front_s", "wake_s", "delivery_s"}
+    # sixteen requests sent at once reach the server one after another, and a
+    # request the idle engine hears of starts its step a moment later
+    assert overheads["front_s"] > 0 and overheads["wake_s"] > 0
+    assert 0 < overheads["request_s"] < 0.1 and 0 < overheads["delivery_s"] < 0.1
     assert 0 <= saved["fit"]["mape"] < 10
 
     requests = mixed_trace()

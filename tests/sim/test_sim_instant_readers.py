@@ -75,15 +75,29 @@ def test_token_times_are_the_delivery_times_of_consecutive_steps():
 
 def test_headers_arrive_after_the_request_overhead_one_request_at_a_time_refusals_included():
     # the server's front takes requests in one after another: of three that arrive
-    # together the second waits for the first, the third for both
+    # together the second follows the first by front_s, the third follows the second
     trace = [TraceRequest("a", 0.0, 10, 3), TraceRequest("b", 0.0, 10, 3),
              TraceRequest("d", 0.0, 10, 3),
              TraceRequest("c", 0.125, 10, 3, client=Client(leave_after_s=0.0625))]
+    overheads = Overheads(request_s=0.25, front_s=0.125, wake_s=0.0625)
     result = replay(trace, ReplaySetup(SchedulerConfig(num_blocks=8, max_batch=1, max_waiting=1),
-                                       LinearCost(fixed=1.0), overheads=Overheads(request_s=0.25)))
+                                       LinearCost(fixed=1.0), overheads=overheads))
     a, b, d, c = result.outcomes
-    # a alone reaches the engine (its three steps end at 3.25); b waits, d is refused
-    assert (a.headers_s, a.refused, a.admitted_s, a.first_token_client_s) == (0.25, None, 0.25, 1.25)
-    assert (b.headers_s, b.refused, b.admitted_s) == (0.5, None, 3.25)
-    assert (d.headers_s, d.refused) == (0.75, "queue_full")
+    # a alone wakes the engine, whose first step starts wake_s later (its three steps
+    # end at 3.3125); b waits, d is refused
+    assert (a.headers_s, a.refused, a.admitted_s, a.first_token_client_s) == (0.25, None, 0.3125, 1.3125)
+    assert (b.headers_s, b.refused, b.admitted_s) == (0.375, None, 3.3125)
+    assert (d.headers_s, d.refused) == (0.5, "queue_full")
     assert (c.headers_s, c.left_s, c.admitted_s) == (None, 0.1875, None)
+
+
+def test_what_reaches_an_idle_engine_while_it_wakes_joins_its_first_step():
+    trace = [TraceRequest(name, 0.0, 10, 3) for name in "abcd"]
+    overheads = Overheads(request_s=0.25, front_s=0.125, wake_s=0.1875)
+    result = replay(trace, ReplaySetup(SchedulerConfig(num_blocks=16, max_batch=4),
+                                       LinearCost(fixed=1.0), overheads=overheads))
+    # in at 0.25 and 0.375, a and b make the step that starts at 0.4375; c and d, in
+    # at 0.5 and 0.625, wait for it to end
+    assert [o.headers_s for o in result.outcomes] == [0.25, 0.375, 0.5, 0.625]
+    assert [o.admitted_s for o in result.outcomes] == [0.4375, 0.4375, 1.4375, 1.4375]
+    assert [o.first_token_engine_s for o in result.outcomes] == [1.4375, 1.4375, 2.4375, 2.4375]
