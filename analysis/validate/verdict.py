@@ -5,7 +5,10 @@ The bounds are fixed, whatever live's own spread: TTFT p50 ±10%, TTFT p99 and
 stall p99 ±20%, throughput ±5%, wasted tokens within one a leaver, preemptions
 equal; the gap p99 is shown, unbounded. The spread, (max - min) / median over the
 runs, is shown beside each error so that a reader sees when live itself moves by
-more than the bound. The counts that follow from the trace and the scheduler
+more than the bound. Live is judged against itself too, each run in the
+simulator's place against the median of the other runs: where a live run misses
+the bound, the bound is below what this host repeats, and no simulator can be
+shown within it there. The counts that follow from the trace and the scheduler
 alone (requests completed and left, tokens read) are kept for each side too: they
 must agree exactly."""
 from __future__ import annotations
@@ -44,6 +47,12 @@ class Judged:
     """None: shown, not judged."""
     ok: bool | None
     """None where it is not judged, or a side has no figure (no stall, say)."""
+    live_error: float | None = None
+    """The largest error of one live run against the median of the others (in
+    `error`'s units); None with fewer than two runs."""
+    live_ok: bool | None = None
+    """Whether every live run, judged as the simulator is against the median of
+    the others, was within the bound; None where nothing is judged."""
 
 
 def judge(figure: str, live: list[float | None], sim: float | None, leavers: int) -> Judged:
@@ -52,13 +61,29 @@ def judge(figure: str, live: list[float | None], sim: float | None, leavers: int
     if not values or sim is None:
         return Judged(figure, live, None, None, sim, None, bound, None)
     median = statistics.median(values)
+    spread = float(max(values) - min(values))
+    if figure not in COUNTED:
+        spread = spread / median if median else 0.0
+    error = _error(figure, sim, median)
+    against_others = [_error(figure, v, statistics.median(values[:i] + values[i + 1:]))
+                      for i, v in enumerate(values)] if len(values) > 1 else []
+    known = [e for e in against_others if e is not None]
+    live_error = max(known, key=abs) if known else None
+    return Judged(figure, live, median, spread, sim, error, bound, _within(error, bound),
+                  live_error, None if bound is None or not known else
+                  all(_within(e, bound) for e in known))
+
+
+def _error(figure: str, value: float, median: float) -> float | None:
+    """`value` against `median`: the difference for counts, else relative (None
+    against a zero median, unless `value` is zero too)."""
     if figure in COUNTED:
-        spread, error = float(max(values) - min(values)), float(sim - median)
-    else:
-        spread = (max(values) - min(values)) / median if median else 0.0
-        error = (sim - median) / median if median else (0.0 if sim == 0 else None)
-    ok = None if bound is None or error is None else abs(error) <= bound
-    return Judged(figure, live, median, spread, sim, error, bound, ok)
+        return float(value - median)
+    return (value - median) / median if median else (0.0 if value == 0 else None)
+
+
+def _within(error: float | None, bound: float | None) -> bool | None:
+    return None if bound is None or error is None else abs(error) <= bound
 
 
 @dataclass(frozen=True)
@@ -83,8 +108,17 @@ class CellVerdict:
     def ok(self) -> bool:
         return self.counts_agree and all(j.ok is not False for j in self.judged)
 
+    @property
+    def live_ok(self) -> bool | None:
+        """Every live run within the bounds of the median of the others; None with
+        one run."""
+        if self.runs < 2:
+            return None
+        return all(j.live_ok is not False for j in self.judged)
+
     def as_dict(self) -> dict:
         return {"trace": self.trace, "settings": self.settings, "runs": self.runs, "ok": self.ok,
+                "live_ok": self.live_ok,
                 "counts": self.counts, "counts_agree": self.counts_agree,
                 "beyond_fit": self.beyond_fit, "sim_settings": self.sim_settings,
                 "figures": [asdict(j) for j in self.judged]}

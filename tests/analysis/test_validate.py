@@ -59,12 +59,20 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
         assert ttft["error"] == pytest.approx((ttft["sim"] - ttft["live_median"]) / ttft["live_median"])
         assert figures["throughput_tok_s"]["ok"] is not None
         assert cell["ok"] == all(f["ok"] is not False for f in cell["figures"])
+        # each live run in the simulator's place, against the median of the other two
+        against = [(v - (a + b) / 2) / ((a + b) / 2)
+                   for v, a, b in [(ttft["live"][i], *(ttft["live"][:i] + ttft["live"][i + 1:]))
+                                   for i in range(3)]]
+        assert ttft["live_error"] == pytest.approx(max(against, key=abs))
+        assert ttft["live_ok"] == all(abs(e) <= 0.10 for e in against)
+        assert cell["live_ok"] == all(f["live_ok"] is not False for f in cell["figures"])
     # each live run's records, one folder a run
     runs = sorted(p.name for p in (out / "mixed--chunked-64").iterdir())
     assert runs == ["run-1", "run-2", "run-3"]
     live = (out / "mixed--default" / "run-2" / "live-outcomes.parquet")
     assert live.exists()
-    tally = f"{sum(c['ok'] for c in data['cells'])} of 2 cells within bounds"
+    tally = (f"{sum(c['ok'] for c in data['cells'])} of 2 cells within bounds (each live run "
+             f"against the median of the others: {sum(c['live_ok'] for c in data['cells'])} of 2)")
     assert data["tally"] == tally and tally in printed
     assert (out / "validate.png").read_bytes()[:4] == b"\x89PNG"
     assert "| mixed | chunked-64 | 3 |" in (out / "validate.md").read_text()

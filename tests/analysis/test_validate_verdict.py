@@ -1,6 +1,7 @@
 """A cell's verdict: the simulator's error against the median of the live runs,
-each bound widened by half of live's own spread, counts judged in their units;
-and the matrix's table, heat map and JSON."""
+live's own spread shown beside it, counts judged in their units, and each live run
+judged in the simulator's place against the others; and the matrix's table, heat
+map and JSON."""
 import json
 
 import pytest
@@ -43,6 +44,26 @@ def test_counts_are_judged_in_their_units():
     assert judge("preemptions", [5, 5, 5], 6, leavers=0).ok is False
 
 
+def test_each_live_run_is_judged_against_the_median_of_the_others():
+    # 1.0 against 1.35 (-25.9%), 1.2 against 1.25 (-4%), 1.5 against 1.1 (+36.4%)
+    j = judge("ttft_client_p50_s", [1.0, 1.2, 1.5], 1.2, leavers=0)
+    assert j.ok and j.live_error == pytest.approx(0.4 / 1.1) and j.live_ok is False
+    # 1.0 against 1.075 (-7.0%), 1.05 against 1.05, 1.1 against 1.025 (+7.3%)
+    steady = judge("ttft_client_p50_s", [1.0, 1.05, 1.1], 1.3, leavers=0)
+    assert steady.ok is False and steady.live_error == pytest.approx(0.075 / 1.025)
+    assert steady.live_ok
+    # counts in their units: 5 against 5.5 twice, 6 against 5
+    preempted = judge("preemptions", [5, 5, 6], 5, leavers=0)
+    assert preempted.ok and (preempted.live_error, preempted.live_ok) == (1.0, False)
+    gap = judge("gap_p99_s", [0.1, 0.2], 0.15, leavers=0)
+    # 0.1 against 0.2 (-50%), 0.2 against 0.1 (+100%)
+    assert gap.live_error == pytest.approx(1.0) and gap.live_ok is None  # shown, not judged
+    alone = judge("throughput_tok_s", [100.0], 104.0, leavers=0)
+    assert (alone.live_error, alone.live_ok) == (None, None)
+    agree = {"completed": {"live": [8], "sim": 8}}
+    assert CellVerdict("t", "s", 1, [alone], agree, []).live_ok is None
+
+
 def test_a_side_without_the_figure_is_not_judged():
     j = judge("stall_p99_s", [None, None], 0.3, leavers=0)
     assert j.ok is None and j.error is None
@@ -73,14 +94,15 @@ def test_the_table_marks_what_is_over_and_the_tally_counts_the_cells(tmp_path):
     assert good.ok and not bad.ok
     table = markdown([good, bad]).splitlines()
     assert table[0].split(" | ")[3:5] == ["TTFT p50", "TTFT p99"]
-    assert "| +4.0% (live ±0%) |" in table[2] and table[2].endswith("| equal | yes |")
-    assert "**+50.0% (live ±0%)**" in table[3] and table[3].endswith("| **no** |")
+    assert "| +4.0% (live ±0%) |" in table[2] and table[2].endswith("| equal | yes | yes |")
+    assert "**+50.0% (live ±0%)**" in table[3] and table[3].endswith("| **no** | yes |")
     assert "| +50.0% (live ±0%) |" in table[3]  # the gap p99: shown, not judged
-    assert tally([good, bad]) == "1 of 2 cells within bounds"
+    line = "1 of 2 cells within bounds (each live run against the median of the others: 2 of 2)"
+    assert tally([good, bad]) == line
     md, js, png = write_validation([good, bad], tmp_path, "a header")
     data = json.loads(js.read_text())
-    assert data["tally"] == "1 of 2 cells within bounds"
-    assert [c["ok"] for c in data["cells"]] == [True, False]
+    assert data["tally"] == line
+    assert [(c["ok"], c["live_ok"]) for c in data["cells"]] == [(True, True), (False, True)]
     assert [f["figure"] for f in data["cells"][0]["figures"]] == list(FIGURES)
     assert "decode_batch" in md.read_text() and png.read_bytes()[:4] == b"\x89PNG"
 
