@@ -31,7 +31,7 @@ def _cell(j: Judged) -> str:
     if j.error is None:
         return "-"
     if j.figure in COUNTED:
-        text = f"{j.error:+.0f} (live ±{j.spread / 2:.0f})"
+        text = f"{j.error:+g} (live ±{j.spread / 2:g})"
     else:
         text = f"{j.error:+.1%} (live ±{j.spread / 2:.0%})"
     return f"**{text}**" if j.ok is False else text

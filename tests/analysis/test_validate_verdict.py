@@ -107,6 +107,14 @@ def test_the_table_marks_what_is_over_and_the_tally_counts_the_cells(tmp_path):
     assert "decode_batch" in md.read_text() and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_counts_show_their_spread_unrounded():
+    agree = {"completed": {"live": [8, 8, 8], "sim": 8}}
+    cell = CellVerdict("bursty-long", "optimistic-small-pool", 3,
+                       [judge(f, [10, 11, 11], 9, leavers=0) for f in FIGURES], agree, [])
+    row = markdown([cell]).splitlines()[2]
+    assert row.endswith("| **-2 (live ±0.5)** | equal | **no** | **no** |")
+
+
 def test_the_matrix_is_every_setting_by_every_trace_and_quick_is_a_subset():
     matrix = cells()
     assert len(matrix) == len(SETTINGS) * len(TRACES)
