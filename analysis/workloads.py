@@ -1,8 +1,8 @@
 """The calibration workload: requests chosen to cover what the cost model reads.
-Solo requests of growing prompt length (prefill cost, and the server's overheads
-for one request); a burst of short requests sent at once (how fast the server's
-front takes requests in); a ladder of decode batch sizes from 1 to the batch
-limit, each size held for a dozen steps; Poisson
+Solo requests of growing prompt length, up to the model's context (prefill
+cost, and the server's overheads for one request); a burst of short requests sent
+at once (how fast the server's front takes requests in); a ladder of decode batch
+sizes from 1 to the batch limit, each size held for a dozen steps; Poisson
 arrivals with some slow readers and leavers, so that mixed steps are fitted while
 the server also streams to clients, as in serving; then the full batch for a few
 hundred steps, its contexts growing token by token to what a busy server decodes,
@@ -15,7 +15,10 @@ from dataclasses import replace
 
 from traces import ClientMix, LeaveHow, TraceRequest, Uniform, generate
 
-SOLO_PROMPTS = (32, 128, 256, 512)
+SOLO_PROMPTS = (32, 128, 256, 512, 1024, 2048)
+"""Up to the long prompts that traces such as Mooncake's and Azure's code trace
+bring: attention's square term fitted on short prompts alone priced prefills of
+1,024 to 2,048 tokens 10 to 20% above what they took."""
 BURST = 16
 """Requests sent at once, to time the server's front in a burst."""
 LADDER_TOKENS = 12
@@ -28,7 +31,7 @@ CHUNK_TOKENS = 128
 """The chunk the calibration's chunk phase cuts prompts into: a step short enough
 to be serving's, and most of each prompt read back from the cache by the chunks
 after its first."""
-CHUNKED_PROMPTS = (256, 384, 512, 640, 768, 896)
+CHUNKED_PROMPTS = (256, 384, 512, 640, 768, 896, 1536, 2048)
 
 
 def batch_ladder(max_batch: int) -> list[int]:
