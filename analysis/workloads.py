@@ -18,7 +18,7 @@ from traces import ClientMix, LeaveHow, TraceRequest, Uniform, generate
 SOLO_PROMPTS = (32, 128, 256, 512, 1024, 2048)
 """Up to the long prompts that traces such as Mooncake's and Azure's code trace
 bring: attention's square term fitted on short prompts alone priced prefills of
-1,024 to 2,048 tokens 10 to 20% above what they took."""
+1,024 to 2,048 tokens 10 to 27% above what they took."""
 BURST = 16
 """Requests sent at once, to time the server's front in a burst."""
 LADDER_TOKENS = 12
