@@ -2,7 +2,10 @@
 Solo requests of growing prompt length, up to the model's context (prefill
 cost, and the server's overheads for one request); a burst of short requests sent
 at once (how fast the server's front takes requests in); a ladder of decode batch
-sizes from 1 to the batch limit, each size held for a dozen steps; Poisson
+sizes from 1 to the batch limit, each size held for a dozen steps, climbed three
+times (first, after the burst, after the mixed arrivals), half a minute apart (a shared host runs 20 to 35% slow for tens
+of seconds at a time: a size measured in one such stretch alone takes the
+stretch's slowness for its own cost); Poisson
 arrivals with some slow readers and leavers, so that mixed steps are fitted while
 the server also streams to clients, as in serving; then the full batch for a few
 hundred steps, its contexts growing token by token to what a busy server decodes,
@@ -51,25 +54,28 @@ def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
     def fitted(prompt: int, new_tokens: int) -> int:
         return prompt if max_model_len is None else max(1, min(prompt, max_model_len - new_tokens))
 
+    def ladder(round_: int, t: float) -> float:
+        for b in batch_ladder(max_batch):
+            requests.extend(TraceRequest(f"ladder-{round_}-{b}-{i}", t, fitted(24 + 8 * i, LADDER_TOKENS),
+                                         LADDER_TOKENS) for i in range(b))
+            t += 1.0 + 0.25 * b
+        return t
+
     requests: list[TraceRequest] = []
-    t = 0.0
+    t = ladder(0, 0.0)
     for i, prompt in enumerate(SOLO_PROMPTS):
         requests.append(TraceRequest(f"solo-{i}", t, fitted(prompt, 8), 8))
         t += 0.5 + prompt * 0.004  # room for its prefill and decodes on a slow CPU
     requests += [TraceRequest(f"burst-{i}", t, fitted(16, 4), 4) for i in range(BURST)]
-    t += 1.0 + 0.1 * BURST
-    for b in batch_ladder(max_batch):
-        requests += [TraceRequest(f"ladder-{b}-{i}", t, fitted(24 + 8 * i, LADDER_TOKENS),
-                                  LADDER_TOKENS) for i in range(b)]
-        t += 1.0 + 0.25 * b
+    t = ladder(1, t + 1.0 + 0.1 * BURST)
     clients = ClientMix(slow=0.2, slow_pause_s=0.1, leave=0.1, leave_after_tokens=10,
                         leave_how=LeaveHow.FIN)
     mixed = generate(rate=mixed_rate, count=mixed_count, prompt_lengths=Uniform(16, 384),
                      output_lengths=Uniform(16, 64), clients=clients, seed=seed)
     requests += [TraceRequest(f"mixed-{r.id}", t + r.arrival_s, fitted(r.prompt_tokens, r.max_new_tokens),
                               r.max_new_tokens, client=r.client) for r in mixed]
+    t = ladder(2, requests[-1].arrival_s + 4.0)  # once the mixed requests have drained
     # Last, so that nothing waits on a guess of how long its hundreds of steps take.
-    t = requests[-1].arrival_s + 1.0
     low, high = LONG_PROMPTS
     new_tokens = LONG_TOKENS if max_model_len is None else min(LONG_TOKENS, max_model_len // 2)
     requests += [TraceRequest(f"long-{i}", t, fitted(low + (high - low) * i // max_batch, new_tokens),

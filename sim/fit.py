@@ -9,8 +9,9 @@ go, the long prefills' seconds would set the decode terms too, and terms that ri
 together (a batch's sequences and their context) would share their costs
 differently from one calibration to the next.
 
-A step log is JSONL, one line per step: the `PlanFeatures` fields plus `step`,
-`start_s`, `duration_s` (seconds) and maybe `device`."""
+A step log is JSONL, one line per step in the order the steps ran: the
+`PlanFeatures` fields plus `step`, `start_s`, `duration_s` (seconds) and maybe
+`device`."""
 from __future__ import annotations
 
 import json
@@ -87,7 +88,7 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
     if len(steps) - n_hold < len(FEATURES):
         raise ValueError(f"{len(steps)} steps are too few to fit {len(FEATURES)} terms and hold some out")
     order = np.random.default_rng(seed).permutation(len(steps))
-    hold, train = order[:n_hold], order[n_hold:]
+    hold, train = order[:n_hold], np.sort(order[n_hold:])
     coef = _staged(x[train], y[train])
     linear = LinearCost(**dict(zip(FEATURES, map(float, coef))))
     cost = _with_batch_excess(linear, [steps[i] for i in train], y[train] - x[train] @ coef)
@@ -107,28 +108,38 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
 
 
 MIN_STEPS_PER_BATCH = 3
+"""Decode-only steps of a batch size that each half needs for the size's correction
+to be tried."""
 
 
 def _with_batch_excess(linear: LinearCost, steps: list[dict], residuals: np.ndarray) -> LinearCost:
     """The linear model with a per-batch-size correction where it earns its place:
-    at each batch size whose correction, taken from one half of the steps, predicts
-    the other half's decode-only steps of that size better than the linear terms
-    alone (on noise it would only add noise). One size can bend (a single sequence
-    through a CPU's matrix-vector path, say) while the rest stay linear."""
-    half = len(steps) // 2
-    trial = _batch_medians(_decode_batches(steps[:half]), residuals[:half])
-    held = _decode_batches(steps[half:])
+    at each batch size whose correction holds over time, the earlier half of that
+    size's decode-only steps predicting the later half better than the linear
+    terms alone, and the later the earlier (on noise it would only add noise). One
+    size can bend (a single sequence through a CPU's matrix-vector path, say) while
+    the rest stay linear. Halves in time, not drawn at random: a shared host runs
+    slow for tens of seconds at a time, and random halves of a size measured in
+    one such stretch would both carry its slowness. `steps` are in the order they
+    ran."""
     kept = {}
-    for batch, median in _batch_medians(_decode_batches(steps), residuals).items():
-        others = [steps[half + i] for i in held.get(batch, [])]
-        corrected = replace(linear, fixed=linear.fixed + trial.get(batch, 0.0))
-        better = batch in trial and others and _rel_error(corrected, others) < _rel_error(linear, others)
-        kept[batch] = median if better else 0.0
+    for batch, idx in _decode_batches(steps).items():
+        if len(idx) < 2 * MIN_STEPS_PER_BATCH:
+            continue
+        earlier, later = idx[:len(idx) // 2], idx[len(idx) // 2:]
+        holds = all(_corrects(linear, float(np.median(residuals[a])), [steps[i] for i in b])
+                    for a, b in ((earlier, later), (later, earlier)))
+        kept[batch] = float(np.median(residuals[idx])) if holds else 0.0
     if not any(kept.values()):
         return linear
     sizes = sorted(kept)
     excess = np.interp(np.arange(1, sizes[-1] + 1), sizes, [kept[b] for b in sizes])
     return replace(linear, batch_excess=tuple(float(v) for v in excess))
+
+
+def _corrects(linear: LinearCost, correction: float, steps: list[dict]) -> bool:
+    """Whether `steps` are closer to the linear terms plus `correction` than to them alone."""
+    return _rel_error(replace(linear, fixed=linear.fixed + correction), steps) < _rel_error(linear, steps)
 
 
 def _rel_error(cost: LinearCost, steps: list[dict]) -> float:
@@ -142,13 +153,6 @@ def _decode_batches(steps: list[dict]) -> dict[int, list[int]]:
         if step["num_prefills"] == 0 and step["decode_batch"] > 0:
             by_batch.setdefault(step["decode_batch"], []).append(i)
     return by_batch
-
-
-def _batch_medians(by_batch: dict[int, list[int]], residuals: np.ndarray) -> dict[int, float]:
-    """The median residual at each batch size with at least `MIN_STEPS_PER_BATCH`
-    steps."""
-    return {b: float(np.median(residuals[idx])) for b, idx in sorted(by_batch.items())
-            if len(idx) >= MIN_STEPS_PER_BATCH}
 
 
 def _features(step: dict) -> PlanFeatures:

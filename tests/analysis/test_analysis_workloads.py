@@ -13,10 +13,17 @@ def by_group(workload, prefix):
     return list(groups.values())
 
 
-def test_every_batch_size_of_the_ladder_arrives_at_once():
+def test_every_batch_size_of_the_ladder_arrives_at_once_in_three_climbs_apart():
     workload = calibration_workload(16)
-    assert [len(g) for g in by_group(workload, "ladder-")] == batch_ladder(16) == [
-        1, 2, 3, 4, 6, 8, 11, 15, 16]
+    assert batch_ladder(16) == [1, 2, 3, 4, 6, 8, 11, 15, 16]
+    assert [len(g) for g in by_group(workload, "ladder-")] == batch_ladder(16) * 3
+    climbs = [[r for r in workload if r.id.startswith(f"ladder-{n}-")] for n in range(3)]
+    starts = [min(r.arrival_s for r in climb) for climb in climbs]
+    ends = [max(r.arrival_s for r in climb) for climb in climbs]
+    # other work between the climbs: the solo prompts and the burst, the mixed arrivals
+    for end, start, between in zip(ends, starts[1:], ("solo-", "mixed-")):
+        assert start - end > 20
+        assert any(end < r.arrival_s < start for r in workload if r.id.startswith(between))
     assert [r.prompt_tokens for r in workload if r.id.startswith("solo-")] == list(SOLO_PROMPTS)
 
 

@@ -173,6 +173,25 @@ def test_a_batch_correction_is_kept_only_at_sizes_where_it_predicts_the_other_ha
     assert cost.batch_excess[4] == 0.0
     assert cost.cost(PlanFeatures(0, 0, 0, 5, 0)) == pytest.approx(0.05)
 
+def test_a_size_measured_in_one_slow_stretch_gets_no_correction_of_its_own():
+    """A shared host runs slow for tens of seconds: batch 4's steps during such a
+    stretch, two thirds of them, take 10 ms more; its later steps do not. Halves
+    drawn at random would both carry the stretch (a correction of 9 ms); halves in
+    time show that it does not hold. Batch 1, 8 ms under the line early and late,
+    keeps its correction."""
+    rng = np.random.default_rng(2)
+    rows = ([(4, 0.01)] * 24 + [(1, -0.008)] * 12 + [(2, 0.0), (3, 0.0), (6, 0.0)] * 40
+            + [(1, -0.008)] * 12 + [(4, 0.0)] * 12)
+    steps = [{"num_prefills": 0, "prefill_tokens": 0, "prefill_tokens_sq": 0, "decode_batch": b,
+              "context_tokens": 50 * b,
+              "duration_s": 0.04 + 0.005 * b + r + 1e-4 * rng.standard_normal()} for b, r in rows]
+    cost, _ = fit(steps, holdout_fraction=0.1, seed=0)
+    assert cost.batch_excess[0] < -0.004
+    assert cost.cost(PlanFeatures(0, 0, 0, 1, 50)) == pytest.approx(0.037, abs=1e-3)
+    assert cost.batch_excess[3] == 0.0
+    assert cost.cost(PlanFeatures(0, 0, 0, 4, 200)) == pytest.approx(0.06, abs=2e-3)
+
+
 def test_prompt_steps_do_not_move_what_a_decode_costs():
     """Steps with prompts pay a cost the terms do not name (here a per-step one,
     the prompt path's own): the decode terms come from decode-only steps all the
