@@ -3,15 +3,15 @@ Solo requests of growing prompt length, up to the model's context (prefill
 cost, and the server's overheads for one request); a burst of short requests sent
 at once (how fast the server's front takes requests in); a ladder of decode batch
 sizes from 1 to the batch limit, each size held for a dozen steps, climbed three
-times (first, after the burst, after the mixed arrivals), half a minute apart (a shared host runs 20 to 35% slow for tens
-of seconds at a time: a size measured in one such stretch alone takes the
-stretch's slowness for its own cost); Poisson
-arrivals with some slow readers and leavers, so that mixed steps are fitted while
-the server also streams to clients, as in serving; then the full batch for a few
-hundred steps, its contexts growing token by token to what a busy server decodes,
-so that those are measured rather than extrapolated (the cost of a context token
-grows once K and V outgrow the caches: on a 2-core CPU, from 8 to 19 µs past
-about 4,000 tokens)."""
+times half a minute apart (first, after the burst, after the mixed arrivals: a
+shared host runs 20 to 35% slow for tens of seconds at a time, and a size
+measured in one such stretch alone would take its slowness for the size's cost);
+Poisson arrivals with some slow readers and leavers, so that mixed steps are
+fitted while the server also streams to clients, as in serving; then the full
+batch for a few hundred steps, its contexts growing token by token to what a busy
+server decodes, so that those are measured rather than extrapolated (the cost of a
+context token grows once K and V outgrow the caches: on a 2-core CPU, from 8 to
+19 µs past about 4,000 tokens)."""
 from __future__ import annotations
 
 from dataclasses import replace
