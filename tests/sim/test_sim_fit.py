@@ -173,6 +173,7 @@ def test_a_batch_correction_is_kept_only_at_sizes_where_it_predicts_the_other_ha
     assert cost.batch_excess[4] == 0.0
     assert cost.cost(PlanFeatures(0, 0, 0, 5, 0)) == pytest.approx(0.05)
 
+
 def test_a_size_measured_in_one_slow_stretch_gets_no_correction_of_its_own():
     """A shared host runs slow for tens of seconds: batch 4's steps during such a
     stretch, two thirds of them, take 10 ms more; its later steps do not. Halves
