@@ -54,6 +54,8 @@ def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
     def fitted(prompt: int, new_tokens: int) -> int:
         return prompt if max_model_len is None else max(1, min(prompt, max_model_len - new_tokens))
 
+    requests: list[TraceRequest] = []
+
     def ladder(round_: int, t: float) -> float:
         for b in batch_ladder(max_batch):
             requests.extend(TraceRequest(f"ladder-{round_}-{b}-{i}", t, fitted(24 + 8 * i, LADDER_TOKENS),
@@ -61,7 +63,6 @@ def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
             t += 1.0 + 0.25 * b
         return t
 
-    requests: list[TraceRequest] = []
     t = ladder(0, 0.0)
     for i, prompt in enumerate(SOLO_PROMPTS):
         requests.append(TraceRequest(f"solo-{i}", t, fitted(prompt, 8), 8))
