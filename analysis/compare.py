@@ -51,6 +51,8 @@ class Comparison:
     """When the live replay started: time 0 of its outcomes."""
     beyond_fit: list[Beyond] = field(default_factory=list)
     """The features the simulated replay took past the profile's fit."""
+    steps: list[dict] = field(default_factory=list)
+    """The live server's log of the steps it ran for this replay."""
 
 
 def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings | str,
@@ -91,7 +93,8 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
     write_outcomes(out_dir / "sim-outcomes.parquet", sim.outcomes)
     return Comparison(live, sim, leavers=sum(r.client.leaves for r in trace), server=info,
                       stats_after=result.stats_after, records=records,
-                      started_unix=result.started_unix, beyond_fit=simulated.beyond_fitted)
+                      started_unix=result.started_unix, beyond_fit=simulated.beyond_fitted,
+                      steps=steps)
 
 
 def simulated_server(profile: Profile, sim_settings: dict) -> ReplaySetup:

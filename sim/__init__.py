@@ -1,8 +1,8 @@
 """The simulator: the scheduler core driven on a SimPy virtual clock, with step
 costs from a fitted profile, simulated clients (readers, leavers, transport
 buffers) and per-request outcomes in the schema the live client writes."""
-from .cost_model import FEATURES, ConstantCost, CostModel, LinearCost
-from .fit import FitReport, fit, load_step_log
+from .cost_model import FEATURES, ConstantCost, CostModel, LinearCost, ScaledCost
+from .fit import FitReport, fit, load_step_log, pace
 from .overheads import Overheads
 from .profile import (Profile, build_profile, load_profile, regenerate_cpu_smollm2_profile,
                       save_profile)
@@ -14,7 +14,8 @@ from .timeseries import TimeSeries
 from .wire import WIRE_FORMATS, WireFormat
 
 __all__ = [
-    "FEATURES", "ConstantCost", "CostModel", "LinearCost", "FitReport", "fit", "load_step_log",
+    "FEATURES", "ConstantCost", "CostModel", "LinearCost", "ScaledCost", "FitReport", "fit",
+    "load_step_log", "pace",
     "summarize_replay", "Overheads", "Profile", "build_profile",
     "load_profile", "regenerate_cpu_smollm2_profile", "save_profile", "Replay",
     "ReplayNotDrained", "replay", "ReplaySetup", "build_setup", "sweep", "TimeSeries",

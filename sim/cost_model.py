@@ -62,3 +62,19 @@ class LinearCost:
 
     def coefficients(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in FEATURES}
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledCost:
+    """Another model's prices times `factor`: the same steps on a host running
+    `factor` times as slow as the one the model was fitted on."""
+
+    model: CostModel
+    factor: float
+
+    def __post_init__(self):
+        if self.factor <= 0:
+            raise ValueError(f"factor must be positive, got {self.factor}")
+
+    def cost(self, features: PlanFeatures) -> float:
+        return self.model.cost(features) * self.factor

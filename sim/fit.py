@@ -22,7 +22,7 @@ import numpy as np
 
 from scheduler import PlanFeatures
 
-from .cost_model import FEATURES, LinearCost
+from .cost_model import FEATURES, CostModel, LinearCost
 
 
 def load_step_log(path: str | Path) -> list[dict]:
@@ -93,7 +93,7 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
     linear = LinearCost(**dict(zip(FEATURES, map(float, coef))))
     cost = _with_batch_excess(linear, [steps[i] for i in train], y[train] - x[train] @ coef)
     actual = y[hold]
-    error = np.array([cost.cost(_features(steps[i])) for i in hold]) - actual
+    error = np.array([cost.cost(step_features(steps[i])) for i in hold]) - actual
     rel = np.abs(error) / actual
     total = ((actual - actual.mean()) ** 2).sum()
     kinds = np.array([step_kind(steps[i]) for i in hold])
@@ -105,6 +105,15 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
                         "p90_rel_error": float(np.quantile(rel[kinds == kind], 0.9))}
                  for kind in KINDS if (kinds == kind).any()})
     return cost, report
+
+
+def pace(steps: list[dict], cost: CostModel) -> float:
+    """The steps' measured seconds over the seconds `cost` prices the very same steps
+    at: how fast the host ran them against its calibration (1.10: a tenth slower).
+    On a shared host it moves from minute to minute, whatever the model."""
+    if not steps:
+        raise ValueError("no steps to pace")
+    return sum(s["duration_s"] for s in steps) / sum(cost.cost(step_features(s)) for s in steps)
 
 
 MIN_STEPS_PER_BATCH = 3
@@ -143,7 +152,7 @@ def _corrects(linear: LinearCost, correction: float, steps: list[dict]) -> bool:
 
 
 def _rel_error(cost: LinearCost, steps: list[dict]) -> float:
-    return sum(abs(cost.cost(_features(s)) / s["duration_s"] - 1) for s in steps)
+    return sum(abs(cost.cost(step_features(s)) / s["duration_s"] - 1) for s in steps)
 
 
 def _decode_batches(steps: list[dict]) -> dict[int, list[int]]:
@@ -155,7 +164,8 @@ def _decode_batches(steps: list[dict]) -> dict[int, list[int]]:
     return by_batch
 
 
-def _features(step: dict) -> PlanFeatures:
+def step_features(step: dict) -> PlanFeatures:
+    """A logged step's features, as the plan that made it had them."""
     return PlanFeatures(**{name: step[name] for name in PlanFeatures.__slots__ if name in step})
 
 

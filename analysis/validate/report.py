@@ -13,13 +13,29 @@ SHORT = {"ttft_client_p50_s": "TTFT p50", "ttft_client_p99_s": "TTFT p99", "gap_
 
 
 def tally(verdicts: list[CellVerdict]) -> str:
-    """How many cells the simulator holds, and how many live holds against itself."""
+    """How many cells the simulator holds, how many live holds against itself, and
+    how many the simulator holds at the host's pace."""
     line = f"{sum(v.ok for v in verdicts)} of {len(verdicts)} cells within bounds"
+    asides = []
     judged = [v.live_ok for v in verdicts if v.live_ok is not None]
     if judged:
-        line += (f" (each live run against the median of the others: {sum(judged)} of "
-                 f"{len(judged)})")
-    return line
+        asides.append(f"each live run against the median of the others: {sum(judged)} of "
+                      f"{len(judged)}")
+    paced = [v.ok_at_pace for v in verdicts if v.ok_at_pace is not None]
+    if paced:
+        asides.append(f"the simulator's prices scaled to the host's pace in each cell: "
+                      f"{sum(paced)} of {len(paced)}")
+    return line + (f" ({'; '.join(asides)})" if asides else "")
+
+
+def _pace(v: CellVerdict) -> str:
+    """The median pace, and the runs' range beside it."""
+    known = [p for p in v.paces if p is not None]
+    if not known:
+        return "-"
+    if len(known) == 1:
+        return f"{known[0]:.2f}"
+    return f"{v.pace:.2f} ({min(known):.2f}–{max(known):.2f})"
 
 
 def _yes(ok: bool | None) -> str:
@@ -39,13 +55,14 @@ def _cell(j: Judged) -> str:
 
 def markdown(verdicts: list[CellVerdict]) -> str:
     head = ["trace", "settings", "runs", *(SHORT[f] for f in FIGURES), "counts", "within",
-            "live within"]
+            "live within", "pace", "within at pace"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in verdicts:
         lines.append("| " + " | ".join([v.trace, v.settings, str(v.runs),
                                          *(_cell(j) for j in v.judged),
                                          "equal" if v.counts_agree else "**differ**",
-                                         _yes(v.ok), _yes(v.live_ok)]) + " |")
+                                         _yes(v.ok), _yes(v.live_ok), _pace(v),
+                                         _yes(v.ok_at_pace)]) + " |")
     return "\n".join(lines)
 
 
@@ -61,7 +78,12 @@ def write_validation(verdicts: list[CellVerdict], out_dir: Path, header: str) ->
           "preemptions equal (gap p99 unbounded); requests completed and left, and tokens "
           "read, equal on both sides (`counts`). `live within`: every live run, in the "
           "simulator's place, within the same bounds of the median of the other runs; where "
-          "it is not, the bounds are finer than this host repeats.", ""]
+          "it is not, the bounds are finer than this host repeats. `pace`: the seconds each "
+          "live run's steps took over the profile's price of the same steps (1.10: the host "
+          "ran a tenth slower than at calibration), the median and the runs' range; `within "
+          "at pace`: the simulator judged again with its step prices times that median, "
+          "which no profile can know beforehand: it tells the model's errors from the "
+          "host's.", ""]
     if beyond:
         md += ["Where the simulated replay went past the profile's fit:", *beyond, ""]
     md.append("![errors](validate.png)")

@@ -1,19 +1,25 @@
-"""Running the matrix: one server for each setting (or the one at `--url`), each
-trace of the setting replayed live `runs` times against it and once on the
-virtual clock with the one profile, every cell judged as it ends. A matrix run
-once can judge another profile later (`rejudge`): the live runs are the costly
-part, and the simulated side is computed again in seconds."""
+"""Running the matrix in rounds: run 1 of every cell, then run 2 of every cell,
+and so on, with one server for each setting in each round (or the one at `--url`
+throughout). A shared host's speed drifts by more than the bounds over the hour a
+matrix takes; runs back to back would land in one stretch of it and judge that
+stretch, while rounds put a cell's runs as far apart as the matrix lasts. Each
+cell is simulated with the one profile, and again at the host's pace, and judged
+once its last run ends. A matrix run once can judge another profile later
+(`rejudge`): the live runs are the costly part, and the simulated side is
+computed again in seconds."""
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
 
 from scheduler.settings import ServeSettings
-from sim import Profile, replay as sim_replay
+from sim import Profile, ScaledCost, load_step_log, pace, replay as sim_replay
+from traces import TraceRequest
 
-from ..compare import compare, simulated_server
+from ..compare import Comparison, compare, simulated_server
 from ..live_target import Access, live_target
 from .matrix import SETTINGS, TRACES, Cell
 from .verdict import CellVerdict, cell_verdict, recorded_runs
@@ -23,58 +29,96 @@ def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], ru
              out_dir: Path, log=print, access: Access = Access()) -> list[CellVerdict]:
     """`base`: the settings each cell's server starts from, or the URL of a server
     running, which can only be judged at its own settings (other cells are skipped,
-    and said so)."""
+    and said so). The verdicts come in `matrix`'s order."""
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    verdicts = []
-    for settings, group in groupby(matrix, key=lambda cell: cell.settings):
-        if isinstance(base, str) and SETTINGS[settings]:
-            log(f"skipped: {settings} (the server at {base} runs its own settings)")
-            continue
-        server = base if isinstance(base, str) else replace(base, **SETTINGS[settings])
-        with live_target(server, out_dir / f"server-{settings}.log", access) as target:
-            max_model_len = target.info.scheduler["max_model_len"]
-            for cell in group:
-                try:
-                    trace = TRACES[cell.trace](max_model_len)
-                except FileNotFoundError as exc:
-                    log(f"skipped: {cell.name}: no trace: {exc}")
-                    continue
-                verdicts.append(_cell(cell, trace, profile, target, runs, out_dir, log))
-    return verdicts
+    groups = [(settings, list(group))
+              for settings, group in groupby(matrix, key=lambda cell: cell.settings)]
+    if isinstance(base, str):
+        for settings, _ in groups:
+            if SETTINGS[settings]:
+                log(f"skipped: {settings} (the server at {base} runs its own settings)")
+        groups = [(settings, group) for settings, group in groups if not SETTINGS[settings]]
+    traces: dict[Cell, list[TraceRequest] | None] = {}
+    done: dict[Cell, list[Comparison]] = {}
+    verdicts: dict[Cell, CellVerdict] = {}
+    for i in range(1, runs + 1):
+        for settings, group in groups:
+            server = base if isinstance(base, str) else replace(base, **SETTINGS[settings])
+            server_log = out_dir / (f"server-{settings}.log" if runs == 1
+                                    else f"server-{settings}-run-{i}.log")
+            with live_target(server, server_log, access) as target:
+                for cell in group:
+                    if cell not in traces:
+                        traces[cell] = _trace(cell, target.info.scheduler["max_model_len"], log)
+                    trace = traces[cell]
+                    if trace is None:
+                        continue
+                    log(f"{cell.name}: live run {i} of {runs} ({len(trace)} requests)")
+                    done.setdefault(cell, []).append(
+                        compare(trace, profile, target.url,
+                                out_dir / f"{cell.trace}--{cell.settings}" / f"run-{i}",
+                                log=lambda *_: None, access=target.access))
+                    if i == runs:
+                        verdicts[cell] = _verdict(cell, trace, profile, done[cell])
+                        log(f"{cell.name}: "
+                            f"{'within bounds' if verdicts[cell].ok else 'OVER a bound'}")
+    return [verdicts[cell] for cell in matrix if cell in verdicts]
 
 
-def _cell(cell: Cell, trace, profile: Profile, target, runs: int, out_dir: Path,
-          log) -> CellVerdict:
-    folder = out_dir / f"{cell.trace}--{cell.settings}"
-    comparisons = []
-    for i in range(runs):
-        log(f"{cell.name}: live run {i + 1} of {runs} ({len(trace)} requests)")
-        comparisons.append(compare(trace, profile, target.url, folder / f"run-{i + 1}",
-                                   log=lambda *_: None, access=target.access))
-    # the simulator is deterministic: every run's simulated side is the same
-    first = comparisons[0]
-    verdict = cell_verdict(cell.trace, cell.settings, [c.live.summary.as_dict() for c in comparisons],
-                           first.sim.summary.as_dict(), first.leavers,
-                           [b.describe() for b in first.beyond_fit], first.server.sim_settings())
-    log(f"{cell.name}: {'within bounds' if verdict.ok else 'OVER a bound'}")
-    return verdict
+def _trace(cell: Cell, max_model_len: int, log) -> list[TraceRequest] | None:
+    try:
+        return TRACES[cell.trace](max_model_len)
+    except FileNotFoundError as exc:
+        log(f"skipped: {cell.name}: no trace: {exc}")
+        return None
+
+
+def _verdict(cell: Cell, trace: list[TraceRequest], profile: Profile,
+             comparisons: list[Comparison]) -> CellVerdict:
+    cost = profile.cost_model()
+    return judged(cell, trace, profile, [c.live.summary.as_dict() for c in comparisons],
+                  [pace(c.steps, cost) if c.steps else None for c in comparisons],
+                  comparisons[0].server.sim_settings())
+
+
+def judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[dict],
+           paces: list[float | None], sim_settings: dict) -> CellVerdict:
+    """The cell's live runs (`live`, each run's summary) against the simulator at
+    the profile's prices, and at those prices times the median of `paces`."""
+    setup = simulated_server(profile, sim_settings)
+    simulated = sim_replay(trace, setup)
+    known = [p for p in paces if p is not None]
+    at_pace = None
+    if known:
+        at_pace = sim_replay(trace, replace(setup, cost=ScaledCost(setup.cost,
+                                                                     statistics.median(known))))
+    return cell_verdict(cell.trace, cell.settings, live, simulated.summary.as_dict(),
+                        sum(r.client.leaves for r in trace),
+                        [b.describe() for b in simulated.beyond_fitted], sim_settings, paces,
+                        None if at_pace is None else at_pace.summary.as_dict())
 
 
 def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
     """The cells of a `validate.json` judged again with `profile`: the same live
-    runs, each trace simulated anew at the settings its live server ran."""
+    runs, each trace simulated anew at the settings its live server ran, each run's
+    pace priced anew from its step log (None where the log is not beside it)."""
+    recorded = Path(recorded)
+    cost = profile.cost_model()
     verdicts = []
-    for cell in json.loads(Path(recorded).read_text())["cells"]:
+    for cell in json.loads(recorded.read_text())["cells"]:
         settings = cell.get("sim_settings")
         if not settings:
             raise ValueError(f"{recorded}: cell {cell['trace']} × {cell['settings']} does not "
                              f"keep the settings it ran (written by an older validate)")
-        trace = TRACES[cell["trace"]](settings["max_model_len"])
-        simulated = sim_replay(trace, simulated_server(profile, settings))
-        verdicts.append(cell_verdict(cell["trace"], cell["settings"], recorded_runs(cell),
-                                     simulated.summary.as_dict(),
-                                     sum(r.client.leaves for r in trace),
-                                     [b.describe() for b in simulated.beyond_fitted], settings))
+        folder = recorded.parent / f"{cell['trace']}--{cell['settings']}"
+        paces = []
+        for i in range(1, cell["runs"] + 1):
+            log_path = folder / f"run-{i}" / "live-steps.jsonl"
+            steps = load_step_log(log_path) if log_path.exists() else []
+            paces.append(pace(steps, cost) if steps else None)
+        verdicts.append(judged(Cell(cell["trace"], cell["settings"]),
+                               TRACES[cell["trace"]](settings["max_model_len"]), profile,
+                               recorded_runs(cell), paces, settings))
     return verdicts

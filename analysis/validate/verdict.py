@@ -10,7 +10,12 @@ simulator's place against the median of the other runs: where a live run misses
 the bound, the bound is below what this host repeats, and no simulator can be
 shown within it there. The counts that follow from the trace and the scheduler
 alone (requests completed and left, tokens read) are kept for each side too: they
-must agree exactly."""
+must agree exactly.
+
+The host's pace, each live run's step seconds over the profile's price of the
+same steps, is kept beside the verdict, and the simulator is judged a second time
+with its prices scaled to the cell's median pace: what the model is worth apart
+from the speed the host happened to run at while the cell ran."""
 from __future__ import annotations
 
 import statistics
@@ -99,6 +104,13 @@ class CellVerdict:
     sim_settings: dict = field(default_factory=dict)
     """The settings the simulated side ran (`build_setup`'s, the live server's
     own): with them another profile can be judged on the same live runs."""
+    paces: list[float | None] = field(default_factory=list)
+    """Each live run's step seconds over the profile's price of those steps (None:
+    no step)."""
+    at_pace: list[Judged] = field(default_factory=list)
+    """The figures again, the simulator's prices scaled to the median pace."""
+    counts_at_pace: dict[str, int] = field(default_factory=dict)
+    """The simulator's `EXACT` counts at those prices."""
 
     @property
     def counts_agree(self) -> bool:
@@ -107,6 +119,21 @@ class CellVerdict:
     @property
     def ok(self) -> bool:
         return self.counts_agree and all(j.ok is not False for j in self.judged)
+
+    @property
+    def pace(self) -> float | None:
+        known = [p for p in self.paces if p is not None]
+        return statistics.median(known) if known else None
+
+    @property
+    def ok_at_pace(self) -> bool | None:
+        """Within bounds with the simulator's prices scaled to the host's pace;
+        None where no pace is known."""
+        if not self.at_pace:
+            return None
+        return (all(set(c["live"]) == {self.counts_at_pace[name]}
+                    for name, c in self.counts.items())
+                and all(j.ok is not False for j in self.at_pace))
 
     @property
     def live_ok(self) -> bool | None:
@@ -121,18 +148,27 @@ class CellVerdict:
                 "live_ok": self.live_ok,
                 "counts": self.counts, "counts_agree": self.counts_agree,
                 "beyond_fit": self.beyond_fit, "sim_settings": self.sim_settings,
-                "figures": [asdict(j) for j in self.judged]}
+                "figures": [asdict(j) for j in self.judged],
+                "paces": self.paces, "pace": self.pace, "ok_at_pace": self.ok_at_pace,
+                "counts_at_pace": self.counts_at_pace,
+                "figures_at_pace": [asdict(j) for j in self.at_pace]}
 
 
 def cell_verdict(trace: str, settings: str, live: list[dict], sim: dict, leavers: int,
-                 beyond_fit: list[str], sim_settings: dict | None = None) -> CellVerdict:
+                 beyond_fit: list[str], sim_settings: dict | None = None,
+                 paces: list[float | None] = (), sim_at_pace: dict | None = None) -> CellVerdict:
     """`live`: each run's summary (`Summary.as_dict()`, or at least `FIGURES` and
-    `EXACT`); `sim`: the simulated side's."""
-    return CellVerdict(trace, settings, len(live),
-                       [judge(f, [r[f] for r in live], sim[f], leavers) for f in FIGURES],
+    `EXACT`); `sim`: the simulated side's, and `sim_at_pace` its summary with its
+    prices scaled to the median of `paces`."""
+    def judged(side: dict | None) -> list[Judged]:
+        return [] if side is None else [judge(f, [r[f] for r in live], side[f], leavers)
+                                        for f in FIGURES]
+
+    return CellVerdict(trace, settings, len(live), judged(sim),
                        {name: {"live": [r[name] for r in live], "sim": sim[name]}
                         for name in EXACT},
-                       beyond_fit, dict(sim_settings or {}))
+                       beyond_fit, dict(sim_settings or {}), list(paces), judged(sim_at_pace),
+                       {} if sim_at_pace is None else {name: sim_at_pace[name] for name in EXACT})
 
 
 def recorded_runs(cell: dict) -> list[dict]:

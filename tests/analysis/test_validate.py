@@ -12,7 +12,8 @@ from analysis.validate.run import validate
 from analysis.validate.verdict import FIGURES
 from analysis.workloads import calibration_workload
 from scheduler.settings import ServeSettings
-from sim import load_profile
+from sim import load_profile, load_step_log
+from sim.fit import step_features
 from sim.profile import CPU_SMOLLM2
 from traces import ClientMix, Fixed, Uniform
 from traces.outcome import read_outcomes
@@ -72,8 +73,30 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
     live = (out / "mixed--default" / "run-2" / "live-outcomes.parquet")
     assert live.exists()
     tally = (f"{sum(c['ok'] for c in data['cells'])} of 2 cells within bounds (each live run "
-             f"against the median of the others: {sum(c['live_ok'] for c in data['cells'])} of 2)")
+             f"against the median of the others: {sum(c['live_ok'] for c in data['cells'])} of "
+             f"2; the simulator's prices scaled to the host's pace in each cell: "
+             f"{sum(c['ok_at_pace'] for c in data['cells'])} of 2)")
     assert data["tally"] == tally and tally in printed
+    # the runs went in rounds: each setting's server started again for each round,
+    # and the second cell's first run came before the first cell's second
+    assert sorted(p.name for p in out.glob("server-*.log")) == [
+        f"server-{s}-run-{i}.log" for s in ("chunked-64", "default") for i in (1, 2, 3)]
+    started = {(c, r): load_step_log(out / c / f"run-{r}" / "live-steps.jsonl")[0]["start_unix"]
+               for c in ("mixed--default", "mixed--chunked-64") for r in (1, 2, 3)}
+    assert (started["mixed--default", 1] < started["mixed--chunked-64", 1]
+            < started["mixed--default", 2] < started["mixed--chunked-64", 2]
+            < started["mixed--default", 3] < started["mixed--chunked-64", 3])
+    # each run's pace: its step log's seconds over the profile's price of those steps
+    cost = load_profile(profile).cost_model()
+    for cell in data["cells"]:
+        for r, recorded in enumerate(cell["paces"], start=1):
+            steps = load_step_log(out / f"{cell['trace']}--{cell['settings']}" / f"run-{r}"
+                                  / "live-steps.jsonl")
+            assert recorded == pytest.approx(sum(s["duration_s"] for s in steps)
+                                             / sum(cost.cost(step_features(s)) for s in steps))
+        assert cell["pace"] == sorted(cell["paces"])[1]
+        assert [f["figure"] for f in cell["figures_at_pace"]] == list(FIGURES)
+        assert cell["counts_at_pace"]["completed"] == 8
     assert (out / "validate.png").read_bytes()[:4] == b"\x89PNG"
     assert "| mixed | chunked-64 | 3 |" in (out / "validate.md").read_text()
 
@@ -88,6 +111,7 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
     slow = tmp_path / "slow.json"
     doubled = json.loads(profile.read_text())
     doubled["coefficients"] = {k: 2 * v for k, v in doubled["coefficients"].items()}
+    doubled["batch_excess"] = [2 * v for v in doubled.get("batch_excess", [])]
     slow.write_text(json.dumps(doubled))
     assert analysis_main(["validate", "--live-from", str(out), "--profile", str(slow),
                           "--out", str(tmp_path / "slow")]) == 0
@@ -97,6 +121,12 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
         first, second = ({f["figure"]: f for f in cell["figures"]} for cell in (before, after))
         assert all(second[f]["live"] == first[f]["live"] for f in FIGURES)
         assert second["ttft_client_p50_s"]["sim"] > first["ttft_client_p50_s"]["sim"]
+        # every price doubled: the host ran at half the pace, and at that pace the
+        # simulator is where the right profile put it
+        assert after["paces"] == pytest.approx([p / 2 for p in before["paces"]])
+        for was, now in zip(before["figures_at_pace"], after["figures_at_pace"]):
+            assert now["sim"] == pytest.approx(was["sim"], rel=1e-9)
+        assert after["ok_at_pace"] == before["ok_at_pace"]
     assert analysis_main(["validate", "--live-from", str(out), "--profile", str(profile),
                           "--out", str(out)]) == 2
 

@@ -94,8 +94,8 @@ def test_the_table_marks_what_is_over_and_the_tally_counts_the_cells(tmp_path):
     assert good.ok and not bad.ok
     table = markdown([good, bad]).splitlines()
     assert table[0].split(" | ")[3:5] == ["TTFT p50", "TTFT p99"]
-    assert "| +4.0% (live ±0%) |" in table[2] and table[2].endswith("| equal | yes | yes |")
-    assert "**+50.0% (live ±0%)**" in table[3] and table[3].endswith("| **no** | yes |")
+    assert "| +4.0% (live ±0%) |" in table[2] and table[2].endswith("| equal | yes | yes | - | - |")
+    assert "**+50.0% (live ±0%)**" in table[3] and table[3].endswith("| **no** | yes | - | - |")
     assert "| +50.0% (live ±0%) |" in table[3]  # the gap p99: shown, not judged
     line = "1 of 2 cells within bounds (each live run against the median of the others: 2 of 2)"
     assert tally([good, bad]) == line
@@ -107,12 +107,38 @@ def test_the_table_marks_what_is_over_and_the_tally_counts_the_cells(tmp_path):
     assert "decode_batch" in md.read_text() and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_cell_is_judged_again_at_the_pace_its_host_ran():
+    live = [Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=t)
+            for t in (100.0, 90.0, 95.0)]
+    at_price = Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=105.0)
+    at_pace = Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=96.0)
+    cell = cell_verdict("mixed", "default", live, at_price, 2, [], paces=[1.05, 1.12, None],
+                        sim_at_pace=at_pace)
+    # +10.5% at the profile's prices; +1.1% at the host's pace (the median of 1.05 and 1.12)
+    assert cell.pace == pytest.approx(1.085)
+    assert cell.ok is False and cell.ok_at_pace is True
+    speeds = {j.figure: j for j in cell.at_pace}
+    assert speeds["throughput_tok_s"].error == pytest.approx(1 / 95)
+    row = markdown([cell]).splitlines()[2]
+    assert row.endswith("| equal | **no** | **no** | 1.08 (1.05–1.12) | yes |")
+    assert tally([cell]) == ("0 of 1 cells within bounds (each live run against the median of "
+                             "the others: 0 of 1; the simulator's prices scaled to the host's "
+                             "pace in each cell: 1 of 1)")
+    data = cell.as_dict()
+    assert (data["paces"], data["ok_at_pace"]) == ([1.05, 1.12, None], True)
+    # counts that differ at the other prices fail the cell there too
+    shifted = Summary_of(completed=8, left=2, tokens_read=119, throughput_tok_s=96.0)
+    assert cell_verdict("mixed", "default", live, at_price, 2, [], paces=[1.05],
+                        sim_at_pace=shifted).ok_at_pace is False
+    assert cell_verdict("mixed", "default", live, at_price, 2, []).ok_at_pace is None
+
+
 def test_counts_show_their_spread_unrounded():
     agree = {"completed": {"live": [8, 8, 8], "sim": 8}}
     cell = CellVerdict("bursty-long", "optimistic-small-pool", 3,
                        [judge(f, [10, 11, 11], 9, leavers=0) for f in FIGURES], agree, [])
     row = markdown([cell]).splitlines()[2]
-    assert row.endswith("| **-2 (live ±0.5)** | equal | **no** | **no** |")
+    assert row.endswith("| **-2 (live ±0.5)** | equal | **no** | **no** | - | - |")
 
 
 def test_the_matrix_is_every_setting_by_every_trace_and_quick_is_a_subset():

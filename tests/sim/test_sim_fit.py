@@ -7,8 +7,8 @@ import pytest
 
 import sim.profile
 from scheduler import PlanFeatures
-from sim import (FEATURES, LinearCost, build_profile, fit, load_profile, load_step_log,
-                 regenerate_cpu_smollm2_profile, save_profile)
+from sim import (FEATURES, LinearCost, ScaledCost, build_profile, fit, load_profile,
+                 load_step_log, pace, regenerate_cpu_smollm2_profile, save_profile)
 
 TRUE = LinearCost(fixed=3e-3, num_prefills=4e-4, prefill_tokens=2e-5, prefill_tokens_sq=5e-9,
                   decode_batch=1.5e-4, context_tokens=4e-8, prefix_tokens=3e-6)
@@ -50,6 +50,25 @@ def test_fit_reports_the_error_on_held_out_steps():
     _, report = fit(steps, holdout_fraction=0.25, seed=3)
     assert report.holdout_steps == 50
     assert 0.3 < report.mape < 0.7 and report.p90_rel_error > 0.4
+
+
+def test_the_pace_is_the_steps_seconds_over_their_price():
+    steps = synthetic_log(n=50, noise=0.0)
+    assert pace(steps, TRUE) == pytest.approx(1.0)
+    # a host a fifth slower on the first half of the steps only
+    slow = [dict(s, duration_s=s["duration_s"] * (1.2 if i < 25 else 1.0))
+            for i, s in enumerate(steps)]
+    first = sum(s["duration_s"] for s in steps[:25])
+    total = sum(s["duration_s"] for s in steps)
+    assert pace(slow, TRUE) == pytest.approx((total + 0.2 * first) / total)
+    # priced by a model scaled to that pace, the steps take their price again
+    assert pace(slow, ScaledCost(TRUE, pace(slow, TRUE))) == pytest.approx(1.0)
+    f = PlanFeatures(1, 100, 10_000, 4, 800, 0)
+    assert ScaledCost(TRUE, 1.5).cost(f) == pytest.approx(1.5 * TRUE.cost(f))
+    with pytest.raises(ValueError, match="factor must be positive"):
+        ScaledCost(TRUE, 0.0)
+    with pytest.raises(ValueError, match="no steps"):
+        pace([], TRUE)
 
 
 def test_fit_coefficients_are_never_negative_and_unused_features_get_zero():
