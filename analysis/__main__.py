@@ -12,12 +12,12 @@ import httpx
 
 from scheduler.flags import OneLineErrors, add_flags, given
 from scheduler.settings import SERVER, SHARED, ServeSettings, scoped
-from sim import Profile, load_profile
+from sim import Profile, load_profile, pace
 from sim.fit import FitReport
 from traces import SAMPLES_DIR, load_trace
 
 from .calibrate import calibrate, measured_profile
-from .compare import compare
+from .compare import Comparison, compare
 from .live_target import Access, LiveTarget
 from .plots import write_plots
 from .report import rows, text_table, write_report
@@ -98,13 +98,24 @@ def run_compare(args, server: ServeSettings | str, access: Access) -> int:
     beyond = [b.describe() for b in comparison.beyond_fit]
     if beyond:
         header += " Beyond the fit: " + "; ".join(beyond) + "."
+    paced = _paced(comparison, profile)
+    header += f" {paced}"
     report = write_report(comparison, table, args.out, header, plots)
     print()
     print(text_table(table))
     for line in beyond:
         print(f"beyond the profile's fit: {line}")
-    print(f"\nreport: {report}")
+    print(f"\n{paced}\nreport: {report}")
     return 0
+
+
+def _paced(comparison: Comparison, profile: Profile) -> str:
+    """How fast the host ran the live replay's steps against the profile's prices."""
+    if not comparison.steps:
+        return "The live replay ran no step."
+    return (f"The live replay's steps took {pace(comparison.steps, profile.cost_model()):.3f} "
+            f"times the profile's price of the same steps (the host's pace against its "
+            f"calibration: a pace away from 1 moves the live figures, not the simulated).")
 
 
 def _fitted(profile: Profile) -> str:
