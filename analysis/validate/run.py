@@ -78,12 +78,12 @@ def _trace(cell: Cell, max_model_len: int, log) -> list[TraceRequest] | None:
 def _verdict(cell: Cell, trace: list[TraceRequest], profile: Profile,
              comparisons: list[Comparison]) -> CellVerdict:
     cost = profile.cost_model()
-    return judged(cell, trace, profile, [c.live.summary.as_dict() for c in comparisons],
-                  [pace(c.steps, cost) if c.steps else None for c in comparisons],
-                  comparisons[0].server.sim_settings())
+    return _judged(cell, trace, profile, [c.live.summary.as_dict() for c in comparisons],
+                   [pace(c.steps, cost) if c.steps else None for c in comparisons],
+                   comparisons[0].server.sim_settings())
 
 
-def judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[dict],
+def _judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[dict],
            paces: list[float | None], sim_settings: dict) -> CellVerdict:
     """The cell's live runs (`live`, each run's summary) against the simulator at
     the profile's prices, and at those prices times the median of `paces`."""
@@ -118,7 +118,7 @@ def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
             log_path = folder / f"run-{i}" / "live-steps.jsonl"
             steps = load_step_log(log_path) if log_path.exists() else []
             paces.append(pace(steps, cost) if steps else None)
-        verdicts.append(judged(Cell(cell["trace"], cell["settings"]),
+        verdicts.append(_judged(Cell(cell["trace"], cell["settings"]),
                                TRACES[cell["trace"]](settings["max_model_len"]), profile,
                                recorded_runs(cell), paces, settings))
     return verdicts
