@@ -77,26 +77,29 @@ def _trace(cell: Cell, max_model_len: int, log) -> list[TraceRequest] | None:
 
 def _verdict(cell: Cell, trace: list[TraceRequest], profile: Profile,
              comparisons: list[Comparison]) -> CellVerdict:
+    # the simulator is deterministic: every run's simulated side is the same
+    first = comparisons[0]
     cost = profile.cost_model()
     return _judged(cell, trace, profile, [c.live.summary.as_dict() for c in comparisons],
                    [pace(c.steps, cost) if c.steps else None for c in comparisons],
-                   comparisons[0].server.sim_settings())
+                   first.server.sim_settings(), first.sim.summary.as_dict(),
+                   [b.describe() for b in first.beyond_fit])
 
 
 def _judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[dict],
-           paces: list[float | None], sim_settings: dict) -> CellVerdict:
+            paces: list[float | None], sim_settings: dict, sim: dict,
+            beyond_fit: list[str]) -> CellVerdict:
     """The cell's live runs (`live`, each run's summary) against the simulator at
-    the profile's prices, and at those prices times the median of `paces`."""
-    setup = simulated_server(profile, sim_settings)
-    simulated = sim_replay(trace, setup)
+    the profile's prices (`sim`, its summary), and at those prices times the median
+    of `paces`."""
     known = [p for p in paces if p is not None]
     at_pace = None
     if known:
+        setup = simulated_server(profile, sim_settings)
         at_pace = sim_replay(trace, replace(setup, cost=ScaledCost(setup.cost,
                                                                      statistics.median(known))))
-    return cell_verdict(cell.trace, cell.settings, live, simulated.summary.as_dict(),
-                        sum(r.client.leaves for r in trace),
-                        [b.describe() for b in simulated.beyond_fitted], sim_settings, paces,
+    return cell_verdict(cell.trace, cell.settings, live, sim, sum(r.client.leaves for r in trace),
+                        beyond_fit, sim_settings, paces,
                         None if at_pace is None else at_pace.summary.as_dict())
 
 
@@ -118,7 +121,10 @@ def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
             log_path = folder / f"run-{i}" / "live-steps.jsonl"
             steps = load_step_log(log_path) if log_path.exists() else []
             paces.append(pace(steps, cost) if steps else None)
-        verdicts.append(_judged(Cell(cell["trace"], cell["settings"]),
-                               TRACES[cell["trace"]](settings["max_model_len"]), profile,
-                               recorded_runs(cell), paces, settings))
+        trace = TRACES[cell["trace"]](settings["max_model_len"])
+        simulated = sim_replay(trace, simulated_server(profile, settings))
+        verdicts.append(_judged(Cell(cell["trace"], cell["settings"]), trace, profile,
+                                recorded_runs(cell), paces, settings,
+                                simulated.summary.as_dict(),
+                                [b.describe() for b in simulated.beyond_fitted]))
     return verdicts

@@ -114,7 +114,11 @@ class CellVerdict:
 
     @property
     def counts_agree(self) -> bool:
-        return all(set(c["live"]) == {c["sim"]} for c in self.counts.values())
+        return self._agree({name: c["sim"] for name, c in self.counts.items()})
+
+    def _agree(self, sim: dict[str, int]) -> bool:
+        """Every live run's `EXACT` counts equal to `sim`'s."""
+        return all(set(c["live"]) == {sim[name]} for name, c in self.counts.items())
 
     @property
     def ok(self) -> bool:
@@ -131,9 +135,7 @@ class CellVerdict:
         None where no pace is known."""
         if not self.at_pace:
             return None
-        return (all(set(c["live"]) == {self.counts_at_pace[name]}
-                    for name, c in self.counts.items())
-                and all(j.ok is not False for j in self.at_pace))
+        return self._agree(self.counts_at_pace) and all(j.ok is not False for j in self.at_pace)
 
     @property
     def live_ok(self) -> bool | None:
