@@ -43,9 +43,13 @@ def _tokens(url: str, **sampling) -> list[int]:
 def test_a_top_k_beyond_the_vocabulary_cuts_nothing_and_harms_no_other_stream():
     app, engine, runner = held_app()
     with running_server(app) as url:
+        # held from the start: a fast step loop would finish the other stream
+        # before a hold taken after its first token
+        runner.hold()
         other = RawStream(url, "/v1/stream", {"prompt": "others", "max_new_tokens": 8})
+        runner.blocked.wait(10)  # its prefill
+        runner.allow(1)  # then its next step is held, with tokens still to make
         other.read_events(2)
-        runner.hold_and_wait()
         huge = RawStream(url, "/v1/chat/completions",
                          {"model": TOY_NAME, "max_tokens": 4, "stream": True, "top_k": 1e19,
                           "messages": [{"role": "user", "content": "hi"}]})

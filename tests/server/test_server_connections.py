@@ -71,10 +71,11 @@ def test_a_request_head_that_does_not_arrive_in_time_closes_the_connection(serve
 def test_connections_beyond_the_limit_are_answered_503_and_closed():
     app, engine, runner = held_app(ServeSettings(max_connections=2))
     with running_server(app) as url:
+        runner.hold()  # from the start: a fast step loop would finish both streams first
         streams = [RawStream(url, "/v1/stream", {"prompt": "holds", "max_new_tokens": 6})
                    for _ in range(2)]
         for stream in streams:
-            stream.read_events(1)
+            stream.read_events(1)  # the start, sent before any step
         runner.hold_and_wait()
         with httpx.Client() as client:
             r = client.get(url + "/health")
