@@ -15,8 +15,7 @@ from analysis.plots import write_plots
 from analysis.report import ROWS, rows, write_report
 from analysis.workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
 from scheduler.settings import ServeSettings
-from sim import load_profile, load_step_log
-from sim.fit import step_features
+from sim import load_profile, load_step_log, pace
 from traces import write_trace
 
 from analysis_helpers import mixed_trace, save_tiny_llama
@@ -104,9 +103,7 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
     assert (tmp_path / "cli" / "live-outcomes.parquet").exists()
     # the host's pace: the replay's step seconds over the profile's price of those steps
     steps = load_step_log(tmp_path / "cli" / "live-steps.jsonl")
-    cost = load_profile(profile).cost_model()
-    paced = (sum(s["duration_s"] for s in steps)
-             / sum(cost.cost(step_features(s)) for s in steps))
+    paced = pace(steps, load_profile(profile).cost_model())
     line = f"The live replay's steps took {paced:.3f} times the profile's price of the same steps"
     assert line in out.stdout and line in (tmp_path / "cli" / "report.md").read_text()
 

@@ -12,8 +12,7 @@ from analysis.validate.run import validate
 from analysis.validate.verdict import FIGURES
 from analysis.workloads import calibration_workload
 from scheduler.settings import ServeSettings
-from sim import load_profile, load_step_log
-from sim.fit import step_features
+from sim import load_profile, load_step_log, pace
 from sim.profile import CPU_SMOLLM2
 from traces import ClientMix, Fixed, Uniform
 from traces.outcome import read_outcomes
@@ -86,14 +85,13 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
     assert (started["mixed--default", 1] < started["mixed--chunked-64", 1]
             < started["mixed--default", 2] < started["mixed--chunked-64", 2]
             < started["mixed--default", 3] < started["mixed--chunked-64", 3])
-    # each run's pace: its step log's seconds over the profile's price of those steps
+    # each run's pace, from the step log that run left
     cost = load_profile(profile).cost_model()
     for cell in data["cells"]:
         for r, recorded in enumerate(cell["paces"], start=1):
             steps = load_step_log(out / f"{cell['trace']}--{cell['settings']}" / f"run-{r}"
                                   / "live-steps.jsonl")
-            assert recorded == pytest.approx(sum(s["duration_s"] for s in steps)
-                                             / sum(cost.cost(step_features(s)) for s in steps))
+            assert recorded == pace(steps, cost)
         assert cell["pace"] == sorted(cell["paces"])[1]
         assert [f["figure"] for f in cell["figures_at_pace"]] == list(FIGURES)
         assert cell["counts_at_pace"]["completed"] == 8

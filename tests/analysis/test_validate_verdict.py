@@ -117,8 +117,8 @@ def test_a_cell_is_judged_again_at_the_pace_its_host_ran():
     # +10.5% at the profile's prices; +1.1% at the host's pace (the median of 1.05 and 1.12)
     assert cell.pace == pytest.approx(1.085)
     assert cell.ok is False and cell.ok_at_pace is True
-    speeds = {j.figure: j for j in cell.at_pace}
-    assert speeds["throughput_tok_s"].error == pytest.approx(1 / 95)
+    paced = {j.figure: j for j in cell.at_pace}
+    assert paced["throughput_tok_s"].error == pytest.approx(1 / 95)
     row = markdown([cell]).splitlines()[2]
     assert row.endswith("| equal | **no** | **no** | 1.08 (1.05–1.12) | yes |")
     assert tally([cell]) == ("0 of 1 cells within bounds (each live run against the median of "
