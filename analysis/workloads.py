@@ -34,7 +34,10 @@ CHUNK_TOKENS = 128
 """The chunk the calibration's chunk phase cuts prompts into: a step short enough
 to be serving's, and most of each prompt read back from the cache by the chunks
 after its first."""
-CHUNKED_PROMPTS = (256, 384, 512, 640, 768, 896, 1536, 2048)
+CHUNKED_PROMPTS = (272, 424, 576, 728, 880, 1000, 1560, 2040)
+"""No length a multiple of `CHUNK_TOKENS`: each prompt's last chunk shares its step
+with the next prompt's first, as two prompts' chunks do in serving (with lengths that
+divide evenly, every chunk step held one chunk)."""
 
 
 def batch_ladder(max_batch: int) -> list[int]:
