@@ -4,8 +4,7 @@ buffers) and per-request outcomes in the schema the live client writes."""
 from .cost_model import FEATURES, ConstantCost, CostModel, LinearCost, ScaledCost
 from .fit import FitReport, fit, load_step_log, pace
 from .overheads import Overheads
-from .profile import (Profile, build_profile, load_profile, regenerate_cpu_smollm2_profile,
-                      save_profile)
+from .profile import Profile, build_profile, load_profile, save_profile
 from .replay import Replay, ReplayNotDrained, replay
 from .settings import ReplaySetup, build_setup
 from .summary import summarize_replay
@@ -17,7 +16,7 @@ __all__ = [
     "FEATURES", "ConstantCost", "CostModel", "LinearCost", "ScaledCost", "FitReport", "fit",
     "load_step_log", "pace",
     "summarize_replay", "Overheads", "Profile", "build_profile",
-    "load_profile", "regenerate_cpu_smollm2_profile", "save_profile", "Replay",
+    "load_profile", "save_profile", "Replay",
     "ReplayNotDrained", "replay", "ReplaySetup", "build_setup", "sweep", "TimeSeries",
     "WIRE_FORMATS", "WireFormat",
 ]

@@ -1,6 +1,8 @@
 """Cost profiles: a fitted `LinearCost` with the machine, model and engine settings
 it was measured on, as a small JSON file. Shipped profiles live in
-`sim/profiles/`."""
+`sim/profiles/`: each is the `profile.json` of `python -m analysis calibrate` on the
+host it names (`cpu-…`: the 2-core host the project is built on), steps and the
+overheads beside them measured together."""
 from __future__ import annotations
 
 import datetime
@@ -91,18 +93,3 @@ def load_profile(path_or_name: str | Path) -> Profile:
     if unknown or set(data["coefficients"]) != set(data["features"]):
         raise ValueError(f"profile {path}: features {data['features']} do not match {list(FEATURES)}")
     return Profile(**data)
-
-
-def regenerate_cpu_smollm2_profile(step_log: str | Path, *, dtype: str = "fp32",
-                                   block_size: int | None = None, max_batch: int | None = None,
-                                   num_blocks: int | None = None) -> Path:
-    """Rewrite the shipped CPU profile of the embedded SmolLM2-135M in `dtype`
-    (`fp32`, `bf16`) from a live step log of that model on the CPU; the engine
-    settings it ran with come from the arguments or the log."""
-    profile = build_profile(step_log, hardware="cpu", model="SmolLM2-135M-Instruct",
-                            dtype=dtype, device="cpu", block_size=block_size,
-                            max_batch=max_batch, num_blocks=num_blocks)
-    path = SHIPPED_DIR / f"cpu-smollm2-135m-{dtype}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)  # git keeps no empty folder
-    save_profile(profile, path)
-    return path

@@ -8,7 +8,8 @@ import pytest
 import sim.profile
 from scheduler import PlanFeatures
 from sim import (FEATURES, LinearCost, ScaledCost, build_profile, fit, load_profile,
-                 load_step_log, pace, regenerate_cpu_smollm2_profile, save_profile)
+                 load_step_log, pace, save_profile)
+from sim.fit import KINDS
 
 TRUE = LinearCost(fixed=3e-3, num_prefills=4e-4, prefill_tokens=2e-5, prefill_tokens_sq=5e-9,
                   decode_batch=1.5e-4, context_tokens=4e-8, prefix_tokens=3e-6)
@@ -130,16 +131,24 @@ def test_profile_round_trip(tmp_path):
 
 def test_profiles_load_by_shipped_name_and_unknown_ones_say_what_exists(tmp_path, monkeypatch):
     monkeypatch.setattr(sim.profile, "SHIPPED_DIR", tmp_path / "profiles")
+    (tmp_path / "profiles").mkdir()
     log = write_log(tmp_path / "steps.jsonl", synthetic_log(n=100))
-    path = regenerate_cpu_smollm2_profile(log, block_size=16, max_batch=8, num_blocks=512)
-    assert path == tmp_path / "profiles" / "cpu-smollm2-135m-fp32.json"
-    profile = load_profile("cpu-smollm2-135m-fp32")
-    assert (profile.hardware, profile.dtype, profile.device, profile.max_batch) == ("cpu", "fp32", "cpu", 8)
-    path = regenerate_cpu_smollm2_profile(log, dtype="bf16")
-    assert path == tmp_path / "profiles" / "cpu-smollm2-135m-bf16.json"
-    assert load_profile("cpu-smollm2-135m-bf16").dtype == "bf16"
-    with pytest.raises(FileNotFoundError, match="cpu-smollm2-135m-bf16, cpu-smollm2-135m-fp32"):
+    for dtype in ("fp32", "bf16"):
+        save_profile(build_profile(log, hardware="cpu", model="m", dtype=dtype, max_batch=8),
+                     tmp_path / "profiles" / f"cpu-m-{dtype}.json")
+    profile = load_profile("cpu-m-fp32")
+    assert (profile.hardware, profile.dtype, profile.max_batch) == ("cpu", "fp32", 8)
+    assert load_profile("cpu-m-bf16").dtype == "bf16"
+    with pytest.raises(FileNotFoundError, match="cpu-m-bf16, cpu-m-fp32"):
         load_profile("gpu-nothing")
+
+
+def test_the_shipped_profiles_load_and_carry_what_a_calibration_measures():
+    for name in ("cpu-smollm2-135m-fp32", "cpu-smollm2-135m-bf16"):
+        profile = load_profile(name)
+        assert profile.model == "SmolLM2-135M-Instruct" and name.endswith(profile.dtype)
+        assert set(profile.overheads) == {"request_s", "front_s", "wake_s", "delivery_s"}
+        assert profile.fitted_ranges and set(profile.fit["by_kind"]) == set(KINDS)
 
 
 def padded_batch_log():
