@@ -26,6 +26,8 @@ from .live_target import Access, LiveTarget, live_target
 from .workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
 
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
+MEASURED_OVERHEADS = ("request_s", "front_s", "wake_s", "delivery_s")
+"""The `Overheads` a calibration measures (see `overheads`)."""
 
 
 def cached_profile_path(hardware: str, model: str, dtype: str) -> Path:
@@ -97,6 +99,10 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
                             block_size=config["block_size"], max_batch=config["max_batch"],
                             num_blocks=config["num_blocks"])
     profile = replace(profile, overheads=overheads(result, records))
+    unmeasured = [name for name in MEASURED_OVERHEADS if name not in profile.overheads]
+    if unmeasured:
+        log(f"the workload measured no {', '.join(unmeasured)} (it needs requests named "
+            f"solo-… sent one at a time and burst-… sent together): 0 in the simulator")
     path = out_dir / "profile.json"
     save_profile(profile, path)
     cached = cached_profile_path(info.hardware, info.model, info.dtype)
@@ -133,7 +139,8 @@ def overheads(result: LiveReplay, records: dict[str, dict]) -> dict[str, float]:
     solo ones), from arrival to the server's hands (HTTP, validation, tokenizing)
     and from there to admission (the step loop waking); for requests sent together
     (the burst), how far apart the server took them in; from the engine's first
-    token to the client's, delivery."""
+    token to the client's, delivery. A workload without solo requests or a burst
+    measures none of theirs: those are left out (`Overheads` takes 0 for them)."""
     def since_start(unix: float) -> float:
         return unix - result.started_unix
 
@@ -145,11 +152,14 @@ def overheads(result: LiveReplay, records: dict[str, dict]) -> dict[str, float]:
     delivered = [o.first_token_client_s - since_start(records[i]["first_token_unix"])
                  for i, o in outcomes.items()
                  if o.first_token_client_s is not None and records[i]["first_token_unix"] is not None]
-    return {
-        "request_s": max(0.0, statistics.median(since_start(r["arrival_unix"]) - o.arrival_s
-                                                for o, r in solo)),
-        "front_s": (taken[-1] - taken[0]) / (len(taken) - 1) if len(taken) > 1 else 0.0,
-        "wake_s": max(0.0, statistics.median(r["admitted_unix"] - r["arrival_unix"]
-                                             for _, r in solo)),
-        "delivery_s": max(0.0, statistics.median(delivered)),
-    }
+    measured = {}
+    if solo:
+        measured["request_s"] = max(0.0, statistics.median(
+            since_start(r["arrival_unix"]) - o.arrival_s for o, r in solo))
+        measured["wake_s"] = max(0.0, statistics.median(
+            r["admitted_unix"] - r["arrival_unix"] for _, r in solo))
+    if len(taken) > 1:
+        measured["front_s"] = (taken[-1] - taken[0]) / (len(taken) - 1)
+    if delivered:
+        measured["delivery_s"] = max(0.0, statistics.median(delivered))
+    return measured

@@ -16,7 +16,7 @@ from analysis.report import ROWS, rows, write_report
 from analysis.workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
 from scheduler.settings import ServeSettings
 from sim import load_profile, load_step_log, pace
-from traces import write_trace
+from traces import TraceRequest, write_trace
 
 from analysis_helpers import mixed_trace, save_tiny_llama
 
@@ -156,3 +156,14 @@ def test_a_calibration_time_scale_that_is_not_positive_is_refused_before_anythin
         analysis_main(["calibrate", "--calibration-time-scale", scale])
     assert exit_.value.code == 2
     assert "must be above 0" in capsys.readouterr().err
+
+
+def test_a_workload_without_solo_requests_or_a_burst_leaves_their_overheads_out_and_says_so(
+        model_dir, tmp_path):
+    settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
+    workload = [TraceRequest(f"r{i}", 0.3 * i, 16 + 8 * i, 12) for i in range(8)]
+    said = []
+    profile, path = calibrate(settings, tmp_path / "cal", workload=workload, log=said.append)
+    assert set(json.loads(path.read_text())["overheads"]) == set(profile.overheads) == {"delivery_s"}
+    assert any("measured no request_s, front_s, wake_s" in line for line in said)
+    assert profile.overheads_model().request_s == profile.overheads_model().wake_s == 0
