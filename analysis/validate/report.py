@@ -13,10 +13,15 @@ SHORT = {"ttft_client_p50_s": "TTFT p50", "ttft_client_p99_s": "TTFT p99", "gap_
 
 
 def tally(verdicts: list[CellVerdict]) -> str:
-    """How many cells the simulator holds, how many live holds against itself, and
-    how many the simulator holds at the host's pace."""
-    line = f"{sum(v.ok for v in verdicts)} of {len(verdicts)} cells within bounds"
+    """How many cells the simulator holds (of those where a request was served), how
+    many live holds against itself, and how many the simulator holds at the host's
+    pace."""
+    decided = [v.ok for v in verdicts if v.ok is not None]
+    line = f"{sum(decided)} of {len(decided)} cells within bounds"
     asides = []
+    unserved = [f"{v.trace} × {v.settings}" for v in verdicts if v.ok is None]
+    if unserved:
+        asides.append(f"not judged, no request served on either side: {', '.join(unserved)}")
     judged = [v.live_ok for v in verdicts if v.live_ok is not None]
     if judged:
         asides.append(f"each live run against the median of the others: {sum(judged)} of "

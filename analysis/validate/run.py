@@ -62,8 +62,9 @@ def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], ru
                                 log=lambda *_: None, access=target.access))
                     if i == runs:
                         verdicts[cell] = _verdict(cell, trace, profile, done[cell])
-                        log(f"{cell.name}: "
-                            f"{'within bounds' if verdicts[cell].ok else 'OVER a bound'}")
+                        ok = verdicts[cell].ok
+                        log(f"{cell.name}: " + ("no request served" if ok is None else
+                                                "within bounds" if ok else "OVER a bound"))
     return [verdicts[cell] for cell in matrix if cell in verdicts]
 
 

@@ -121,7 +121,18 @@ class CellVerdict:
         return all(set(c["live"]) == {sim[name]} for name, c in self.counts.items())
 
     @property
-    def ok(self) -> bool:
+    def served(self) -> bool:
+        """Whether either side served any request: where neither did (a pool too
+        small for every request of the trace refuses them all), the cell has nothing
+        to judge beyond its counts."""
+        return any(c["sim"] or any(c["live"]) for name, c in self.counts.items()
+                   if name in ("completed", "left"))
+
+    @property
+    def ok(self) -> bool | None:
+        """Within every bound, the counts equal; None where nothing was served."""
+        if not self.served:
+            return None
         return self.counts_agree and all(j.ok is not False for j in self.judged)
 
     @property
@@ -133,7 +144,7 @@ class CellVerdict:
     def ok_at_pace(self) -> bool | None:
         """Within bounds with the simulator's prices scaled to the host's pace;
         None where no pace is known."""
-        if not self.at_pace:
+        if not self.at_pace or not self.served:
             return None
         return self._agree(self.counts_at_pace) and all(j.ok is not False for j in self.at_pace)
 
@@ -141,7 +152,7 @@ class CellVerdict:
     def live_ok(self) -> bool | None:
         """Every live run within the bounds of the median of the others; None with
         one run."""
-        if self.runs < 2:
+        if self.runs < 2 or not self.served:
             return None
         return all(j.live_ok is not False for j in self.judged)
 

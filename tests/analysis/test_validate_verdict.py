@@ -78,6 +78,23 @@ def test_a_cell_is_within_bounds_only_if_its_counts_agree_exactly():
     assert not other.counts_agree and not other.ok
 
 
+def test_a_cell_where_no_request_was_served_is_not_judged_and_the_tally_names_it():
+    refused = [Summary_of(completed=0, left=0, tokens_read=0)] * 3
+    empty = cell_verdict("mooncake-long", "optimistic-small-pool", refused,
+                         Summary_of(completed=0, left=0, tokens_read=0), 0, [])
+    assert empty.counts_agree and not empty.served
+    assert (empty.ok, empty.live_ok, empty.ok_at_pace) == (None, None, None)
+    good, bad = verdicts()
+    assert tally([good, empty, bad]) == (
+        "1 of 2 cells within bounds (not judged, no request served on either side: "
+        "mooncake-long × optimistic-small-pool; each live run against the median of the "
+        "others: 2 of 2)")
+    assert markdown([empty]).splitlines()[2].endswith("| equal | - | - | - | - |")
+    served_once = cell_verdict("t", "s", refused, Summary_of(completed=1, left=0, tokens_read=0),
+                               0, [])
+    assert served_once.served and served_once.ok is False  # one side served: the counts differ
+
+
 def verdicts():
     agree = {"completed": {"live": [8, 8, 8], "sim": 8}}
     good = CellVerdict("mixed", "default", 3,
