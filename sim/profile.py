@@ -1,8 +1,9 @@
 """Cost profiles: a fitted `LinearCost` with the machine, model and engine settings
 it was measured on, as a small JSON file. Shipped profiles live in
-`sim/profiles/`: each is the `profile.json` of `python -m analysis calibrate` on the
-host it names (`cpu-…`: the 2-core host the project is built on), steps and the
-overheads beside them measured together."""
+`sim/profiles/`, named after their host (`cpu-…`: a 2-core AMD EPYC, the default;
+`xeon-x2-…`: a 2-core Intel Xeon). The `cpu-…` ones are the `profile.json` of
+`python -m analysis calibrate`, steps and the overheads beside them measured together;
+the Xeon's were fitted from step logs alone."""
 from __future__ import annotations
 
 import datetime
