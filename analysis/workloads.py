@@ -66,7 +66,7 @@ def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
             t += 1.0 + 0.25 * b
         return t
 
-    t = ladder(0, 0.0)
+    t = ladder(0, 0.0) + 1.0  # the solo requests find the largest size drained
     for i, prompt in enumerate(SOLO_PROMPTS):
         requests.append(TraceRequest(f"solo-{i}", t, fitted(prompt, 8), 8))
         t += 0.5 + prompt * 0.004  # room for its prefill and decodes on a slow CPU

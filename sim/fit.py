@@ -7,7 +7,10 @@ with prompt work then price the prompts (a prompt, a token, attention's square,
 a prefix read back) over what their decodes cost at those prices. Fitted in one
 go, the long prefills' seconds would set the decode terms too, and terms that rise
 together (a batch's sequences and their context) would share their costs
-differently from one calibration to the next.
+differently from one calibration to the next. Both stages are then fitted again
+on each step's seconds over the host's pace about it (`host_pace`), so that a slow
+minute of a shared host during one phase of a calibration does not become the
+price of that phase's kind of step.
 
 A step log is JSONL, one line per step in the order the steps ran: the
 `PlanFeatures` fields plus `step`, `start_s`, `duration_s` (seconds) and maybe
@@ -89,9 +92,12 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
         raise ValueError(f"{len(steps)} steps are too few to fit {len(FEATURES)} terms and hold some out")
     order = np.random.default_rng(seed).permutation(len(steps))
     hold, train = order[:n_hold], np.sort(order[n_hold:])
-    coef = _staged(x[train], y[train])
-    linear = LinearCost(**dict(zip(FEATURES, map(float, coef))))
-    cost = _with_batch_excess(linear, [steps[i] for i in train], y[train] - x[train] @ coef)
+    trained = [steps[i] for i in train]
+    cost = _fitted_terms(x[train], y[train], trained)
+    host = host_pace(trained, cost)
+    if host is not None:
+        cost = _fitted_terms(x[train], y[train] / host,
+                             [dict(s, duration_s=s["duration_s"] / h) for s, h in zip(trained, host)])
     actual = y[hold]
     error = np.array([cost.cost(step_features(steps[i])) for i in hold]) - actual
     rel = np.abs(error) / actual
@@ -105,6 +111,43 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
                         "p90_rel_error": float(np.quantile(rel[kinds == kind], 0.9))}
                  for kind in KINDS if (kinds == kind).any()})
     return cost, report
+
+
+def _fitted_terms(x: np.ndarray, y: np.ndarray, steps: list[dict]) -> LinearCost:
+    coef = _staged(x, y)
+    linear = LinearCost(**dict(zip(FEATURES, map(float, coef))))
+    return _with_batch_excess(linear, steps, y - x @ coef)
+
+
+PACE_NEIGHBOURS = 16
+"""Decode-only steps, the nearest in time, that a step's host pace is read from:
+a few seconds' worth where a calibration decodes, more where it prefills."""
+
+
+def host_pace(steps: list[dict], cost: CostModel) -> np.ndarray | None:
+    """How fast the host ran about each step, against the log as a whole: the median
+    of the nearest decode-only steps' seconds over `cost`'s price of them, over the
+    median of all of them (1.08: the host ran 8% slower than usual then). A shared
+    host runs 10% slow or fast for tens of seconds at a time, and a calibration's
+    phases (the decode ladder, the prompts, the chunks on a second server) fall in
+    different stretches: fitted on raw seconds, what a prompt costs against a
+    decode would carry the stretches' difference, one calibration pricing chunk
+    steps 7% above the next. None for a log without `start_unix` or with too few
+    decode-only steps."""
+    decodes = [s for s in steps if s["num_prefills"] == 0 and s["decode_batch"] > 0]
+    if len(decodes) < PACE_NEIGHBOURS or any("start_unix" not in s for s in steps):
+        return None
+    when = np.array([s["start_unix"] for s in decodes])
+    order = np.argsort(when, kind="stable")
+    when = when[order]
+    ratio = np.array([decodes[i]["duration_s"] / cost.cost(step_features(decodes[i])) for i in order])
+    at = np.array([s["start_unix"] for s in steps])
+    # The nearest k lie within k places either side of where a step falls in time.
+    span = min(len(when), 2 * PACE_NEIGHBOURS)
+    first = np.clip(np.searchsorted(when, at) - PACE_NEIGHBOURS, 0, len(when) - span)
+    around = first[:, None] + np.arange(span)
+    nearest = np.take_along_axis(around, np.argsort(np.abs(when[around] - at[:, None]), axis=1), axis=1)
+    return np.median(ratio[nearest[:, :PACE_NEIGHBOURS]], axis=1) / np.median(ratio)
 
 
 def pace(steps: list[dict], cost: CostModel) -> float:

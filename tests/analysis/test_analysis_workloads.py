@@ -54,3 +54,12 @@ def test_time_scale_packs_arrivals_closer():
     full, packed = calibration_workload(8), calibration_workload(8, time_scale=0.25)
     assert [r.id for r in full] == [r.id for r in packed]
     assert [r.arrival_s * 0.25 for r in full] == [r.arrival_s for r in packed]
+
+
+def test_the_solo_requests_come_after_the_first_climb_has_room_to_drain():
+    """They time the server's overheads on an idle engine: one that found the
+    largest size still decoding measured the wait for its step as the loop's wake-up."""
+    workload = calibration_workload(16)
+    last_rung = max(r.arrival_s for r in workload if r.id.startswith("ladder-0-"))
+    first_solo = min(r.arrival_s for r in workload if r.id.startswith("solo-"))
+    assert first_solo >= last_rung + 1.0 + 0.25 * 16 + 1.0
