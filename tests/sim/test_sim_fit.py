@@ -239,7 +239,6 @@ def test_prompt_steps_do_not_move_what_a_decode_costs():
     assert cost.num_prefills > TRUE.num_prefills
 
 
-
 def test_a_slow_stretch_of_the_host_does_not_price_the_prompts_measured_in_it():
     """The host runs 15% slow for the stretch in which every prompt step falls, with
     decode-only steps before, among and after them. Each step's pace read from its
