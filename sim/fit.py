@@ -134,7 +134,7 @@ def host_pace(steps: list[dict], cost: CostModel) -> np.ndarray | None:
     decode would carry the stretches' difference, one calibration pricing chunk
     steps 7% above the next. None for a log without `start_unix` or with too few
     decode-only steps."""
-    decodes = [s for s in steps if s["num_prefills"] == 0 and s["decode_batch"] > 0]
+    decodes = [s for s in steps if step_kind(s) == "decode"]
     if len(decodes) < PACE_NEIGHBOURS or any("start_unix" not in s for s in steps):
         return None
     when = np.array([s["start_unix"] for s in decodes])
