@@ -100,8 +100,8 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
 def simulated_server(profile: Profile, sim_settings: dict) -> ReplaySetup:
     """The simulator set up as a live server ran (its `ServerInfo.sim_settings()`),
     with the profile's step costs, fitted ranges and overheads."""
-    return build_setup(profile.cost_model(), fitted=profile.ranges(), **sim_settings,
-                       **profile.overheads)
+    return build_setup(profile.cost_model(), fitted=profile.ranges(),
+                       step_scatter=profile.step_scatter, **sim_settings, **profile.overheads)
 
 
 def _dropped_events(before: dict | None, after: dict | None) -> int | None:

@@ -127,7 +127,8 @@ def _fit(args) -> int:
 def _inputs(args, streamed: bool = False) -> tuple[Iterable[TraceRequest],
                                                    tuple[CostModel, FittedRanges | None], dict]:
     """The trace, the cost model with the ranges it was fitted on (if a profile
-    says), and the flat settings the command line gives. With
+    says), and the flat settings the command line gives, with the profile's step
+    scatter. With
     `streamed`, a native trace loaded as it is (no load option) is read a request at
     a time as the replay goes, so that a trace of any length replays in the memory
     of what is in flight."""
@@ -139,13 +140,16 @@ def _inputs(args, streamed: bool = False) -> tuple[Iterable[TraceRequest],
         trace = load_trace(args.trace, **options)
     if args.constant_cost is not None:
         cost: CostModel = ConstantCost(args.constant_cost)
-        fitted, pool, measured = None, DEFAULT_POOL, {}
+        fitted, pool, measured, scatter = None, DEFAULT_POOL, {}, []
     else:
         profile = load_profile(args.profile)
         cost, fitted = profile.cost_model(), profile.ranges()
         pool, measured = profile.num_blocks or DEFAULT_POOL, profile.overheads
-    return trace, (cost, fitted), replay_settings(serve, SimSettings(**given(args, SimSettings)), pool,
-                                        measured)
+        scatter = profile.step_scatter
+    settings = replay_settings(serve, SimSettings(**given(args, SimSettings)), pool, measured)
+    if scatter:
+        settings["step_scatter"] = scatter
+    return trace, (cost, fitted), settings
 
 
 def _about(args, cost: CostModel, settings: dict) -> dict:

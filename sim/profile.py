@@ -15,6 +15,7 @@ from .cost_model import FEATURES, LinearCost
 from .fit import fit, load_step_log
 from .fitted_ranges import FittedRanges
 from .overheads import Overheads
+from .scatter import measured_scatter
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 CPU_SMOLLM2 = "cpu-smollm2-135m-fp32"
@@ -43,6 +44,9 @@ class Profile:
     fitted_ranges: dict[str, int] = field(default_factory=dict)
     """`FittedRanges`: each watched feature's largest value among the steps of the
     fit; a profile saved before these were kept has none."""
+    step_scatter: list[float] = field(default_factory=list)
+    """`measured_scatter`: how the calibration's steps scattered about their price;
+    none (every step at its price) in a profile fitted without the clock."""
 
     def cost_model(self) -> LinearCost:
         return LinearCost(**self.coefficients, batch_excess=tuple(self.batch_excess))
@@ -68,6 +72,7 @@ def build_profile(step_log: str | Path, hardware: str, model: str, dtype: str, *
         batch_excess=list(cost.batch_excess),
         fit=report.as_dict(), steps=len(steps),
         fitted_ranges=FittedRanges.of(steps).as_dict(),
+        step_scatter=measured_scatter(steps, cost),
         date=datetime.date.today().isoformat(),
         device=device or logged("device"),
         block_size=block_size or logged("block_size"),

@@ -14,6 +14,7 @@ from traces.sessions import Sessions
 from traces.summary import Summary, Tally
 
 from .fitted_ranges import Beyond, RangeWatch
+from .scatter import Scatter
 from .serving.client import SimClient, check_reader
 from .serving.engine import SimEngine
 from .serving.hub import Hub
@@ -93,7 +94,9 @@ def replay(trace: Iterable[TraceRequest], setup: ReplaySetup, probe: Probe | Non
             (kept.append if records is None else records)(client.outcome)
 
         cost = setup.cost if setup.fitted is None else RangeWatch(setup.cost, setup.fitted)
-        engine = SimEngine(env, core, cost, series, stops_early=setup.max_tokens_factor > 1)
+        scatter = Scatter(setup.step_scatter, setup.scatter_seed) if setup.step_scatter else None
+        engine = SimEngine(env, core, cost, series, stops_early=setup.max_tokens_factor > 1,
+                           scatter=scatter)
         hub = Hub(env, core, setup.policy, setup.overheads, setup.wire, engine.wake, settled,
                   resume_grace_s=setup.resume_grace_s, max_tokens_factor=setup.max_tokens_factor,
                   listens=setup.disconnect_notice == "listen")

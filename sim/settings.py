@@ -41,6 +41,12 @@ class ReplaySetup:
     fitted: FittedRanges | None = None
     """The ranges `cost` was fitted on: the replay says which features it took
     past them (`Replay.beyond_fitted`)."""
+    step_scatter: tuple[float, ...] = ()
+    """How the host's step times scatter about `cost`'s price (a profile's
+    `step_scatter`): each step takes its price times a factor drawn from them.
+    Empty: every step takes its price."""
+    scatter_seed: int = 0
+    """The seed of those draws: a replay gives the same figures every time."""
 
     def __post_init__(self):
         if self.resume_grace_s < 0:
@@ -55,7 +61,8 @@ OVERHEAD_SETTINGS = tuple(f.name for f in fields(Overheads))
 POLICY_SETTINGS = tuple(sorted({f for cls in BACKLOG_POLICIES.values()
                                 for f in getattr(cls, "__dataclass_fields__", {})}))
 SETTINGS = ("policy", "wire", "event_padding", "resume_grace_s", "max_tokens_factor",
-            "disconnect_notice", "slo_ttft_s", "slo_tpot_s") + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
+            "disconnect_notice", "slo_ttft_s", "slo_tpot_s", "steady_steps", "scatter_seed"
+            ) + CONFIG_SETTINGS + OVERHEAD_SETTINGS + POLICY_SETTINGS
 
 
 def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twinstep",
@@ -63,13 +70,15 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
                 max_tokens_factor: float = 1.0, disconnect_notice: str = "listen",
                 slo_ttft_s: float | None = None,
                 slo_tpot_s: float | None = None, fitted: FittedRanges | None = None,
-                **settings) -> ReplaySetup:
+                step_scatter: tuple[float, ...] | list[float] = (), scatter_seed: int = 0,
+                steady_steps: bool = False, **settings) -> ReplaySetup:
     """`settings` are SchedulerConfig fields, Overheads fields and backlog policy
     parameters, by name; a parameter the chosen policy does not take is ignored, so
     one set of settings serves a sweep over policies. `event_padding`,
     `resume_grace_s`, `max_tokens_factor` and `disconnect_notice`: see
     `WireFormat.padded` and `ReplaySetup`; `slo_ttft_s` and `slo_tpot_s`: its `Slo`; `fitted`: the ranges
-    the cost model was fitted on."""
+    the cost model was fitted on; `step_scatter` and `scatter_seed`: see `ReplaySetup`,
+    `steady_steps` leaves the scatter out."""
     unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
@@ -85,6 +94,8 @@ def build_setup(cost: CostModel, *, policy: str = "unbounded", wire: str = "twin
         disconnect_notice=disconnect_notice,
         slo=Slo.given(slo_ttft_s, slo_tpot_s),
         fitted=fitted,
+        step_scatter=() if steady_steps else tuple(step_scatter),
+        scatter_seed=scatter_seed,
     )
 
 
@@ -118,6 +129,9 @@ class SimSettings:
                      sorted(WIRE_FORMATS))
     max_tokens_factor: float = _own(1.0, "clients ask for this many times the tokens they "
                                          "get, which whole-length reservation holds")
+    steady_steps: bool = _own(False, "every step takes the profile's price, without the "
+                                     "scatter about it its calibration measured")
+    scatter_seed: int = _own(0, "the seed of each step's draw from that scatter")
     request_s: float | None = _overhead("request_s", "from arrival to the core's inbox while "
                                                      "the server's front is free: HTTP, "
                                                      "validation, tokenization")

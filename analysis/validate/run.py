@@ -6,7 +6,12 @@ stretch, while rounds put a cell's runs as far apart as the matrix lasts. Each
 cell is simulated with the one profile, and again at the host's pace, and judged
 once its last run ends. A matrix run once can judge another profile later
 (`rejudge`): the live runs are the costly part, and the simulated side is
-computed again in seconds."""
+computed again in seconds.
+
+With a profile that measured how its steps scatter about their price, one
+simulated replay is one draw, as one live run is: the simulated side is the
+median of `SIM_SEEDS` replays, each figure's, as the live side is the median of
+its runs."""
 from __future__ import annotations
 
 import json
@@ -16,13 +21,17 @@ from itertools import groupby
 from pathlib import Path
 
 from scheduler.settings import ServeSettings
-from sim import Profile, ScaledCost, load_step_log, pace, replay as sim_replay
+from sim import Profile, ReplaySetup, ScaledCost, load_step_log, pace, replay as sim_replay
 from traces import TraceRequest
 
 from ..compare import Comparison, compare, simulated_server
 from ..live_target import Access, live_target
 from .matrix import SETTINGS, TRACES, Cell
-from .verdict import CellVerdict, cell_verdict, recorded_runs
+from .verdict import EXACT, FIGURES, CellVerdict, cell_verdict, recorded_runs
+
+SIM_SEEDS = 5
+"""Replays a cell's simulated side is the median of, each with its own draws of
+the steps' scatter (one where the profile has none)."""
 
 
 def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], runs: int,
@@ -78,13 +87,27 @@ def _trace(cell: Cell, max_model_len: int, log) -> list[TraceRequest] | None:
 
 def _verdict(cell: Cell, trace: list[TraceRequest], profile: Profile,
              comparisons: list[Comparison]) -> CellVerdict:
-    # the simulator is deterministic: every run's simulated side is the same
-    first = comparisons[0]
+    # every run's simulated side is the same: the same seeds
+    settings = comparisons[0].server.sim_settings()
     cost = profile.cost_model()
+    sim, beyond = _simulated(trace, simulated_server(profile, settings))
     return _judged(cell, trace, profile, [c.live.summary.as_dict() for c in comparisons],
                    [pace(c.steps, cost) if c.steps else None for c in comparisons],
-                   first.server.sim_settings(), first.sim.summary.as_dict(),
-                   [b.describe() for b in first.beyond_fit])
+                   settings, sim, beyond)
+
+
+def _simulated(trace: list[TraceRequest], setup: ReplaySetup) -> tuple[dict, list[str]]:
+    """The median of `SIM_SEEDS` replays' `FIGURES` and `EXACT` counts (the first
+    replay's summary for the rest), and where the replays went past the fit."""
+    seeds = range(SIM_SEEDS if setup.step_scatter else 1)
+    replays = [sim_replay(trace, replace(setup, scatter_seed=seed)) for seed in seeds]
+    summaries = [r.summary.as_dict() for r in replays]
+    median = dict(summaries[0])
+    for name in FIGURES + EXACT:
+        values = [s[name] for s in summaries]
+        if None not in values:
+            median[name] = statistics.median(values)
+    return median, [b.describe() for b in replays[0].beyond_fitted]
 
 
 def _judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[dict],
@@ -97,11 +120,10 @@ def _judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[
     at_pace = None
     if known:
         setup = simulated_server(profile, sim_settings)
-        at_pace = sim_replay(trace, replace(setup, cost=ScaledCost(setup.cost,
-                                                                     statistics.median(known))))
+        at_pace, _ = _simulated(trace, replace(setup, cost=ScaledCost(setup.cost,
+                                                                      statistics.median(known))))
     return cell_verdict(cell.trace, cell.settings, live, sim, sum(r.client.leaves for r in trace),
-                        beyond_fit, sim_settings, paces,
-                        None if at_pace is None else at_pace.summary.as_dict())
+                        beyond_fit, sim_settings, paces, at_pace)
 
 
 def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
@@ -123,9 +145,7 @@ def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
             steps = load_step_log(log_path) if log_path.exists() else []
             paces.append(pace(steps, cost) if steps else None)
         trace = TRACES[cell["trace"]](settings["max_model_len"])
-        simulated = sim_replay(trace, simulated_server(profile, settings))
+        sim, beyond = _simulated(trace, simulated_server(profile, settings))
         verdicts.append(_judged(Cell(cell["trace"], cell["settings"]), trace, profile,
-                                recorded_runs(cell), paces, settings,
-                                simulated.summary.as_dict(),
-                                [b.describe() for b in simulated.beyond_fitted]))
+                                recorded_runs(cell), paces, settings, sim, beyond))
     return verdicts

@@ -15,19 +15,22 @@ from scheduler import (FinishReason, PlanFeatures, Scheduler, Sequence, StepPlan
                        prefill_passes)
 
 from ..cost_model import CostModel
+from ..scatter import Scatter
 from ..timeseries import TimeSeries
 from .hub import Hub
 
 
 class SimEngine:
     def __init__(self, env: simpy.Environment, core: Scheduler, cost: CostModel,
-                 series: TimeSeries, stops_early: bool = False):
+                 series: TimeSeries, stops_early: bool = False, scatter: Scatter | None = None):
         """`stops_early`: requests may ask for more tokens than the model makes
-        before its EOS; each says where in its payload (see `Hub.open`)."""
+        before its EOS; each says where in its payload (see `Hub.open`). `scatter`:
+        each step takes `cost`'s price times a factor drawn from it."""
         self.env = env
         self.stops_early = stops_early
         self.core = core
         self.cost = cost
+        self.scatter = scatter
         self.series = series
         self._wakeup: simpy.Event | None = None
 
@@ -65,6 +68,8 @@ class SimEngine:
                     yield from self._idle(wake_s)
                 continue
             left = cost.cost(plan.features)
+            if self.scatter is not None:
+                left *= self.scatter.draw()
             handed = None
             if pass_tokens and len(plan.prefills) > 1:
                 passes = prefill_passes(plan.prefills, pass_tokens)
@@ -122,6 +127,7 @@ class SimEngine:
             return
         batch, context, room = steady
         env, core, cost = self.env, self.core, self.cost
+        draw = None if self.scatter is None else self.scatter.draw
         step_times, record = hub.step_times.times, self.series.record
         room = min(room, hub.steps_before_a_leave())
         due = env.peek()
@@ -129,7 +135,8 @@ class SimEngine:
         running, waiting, reserved = core.num_admitted - paused, core.num_waiting, core.pool.reserved_blocks
         now, steps = env.now, 0
         while steps < room:
-            end = now + cost.cost(PlanFeatures(0, 0, 0, batch, context))
+            seconds = cost.cost(PlanFeatures(0, 0, 0, batch, context))
+            end = now + (seconds if draw is None else seconds * draw())
             if not due > end:
                 break
             now = end

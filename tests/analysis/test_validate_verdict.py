@@ -177,3 +177,25 @@ def test_every_trace_fits_a_small_context(name):
     assert trace and all(r.prompt_tokens + r.max_new_tokens <= 512 for r in trace)
     assert len({r.id for r in trace}) == len(trace)
     assert [r.arrival_s for r in trace] == sorted(r.arrival_s for r in trace)
+
+
+def test_the_simulated_side_is_the_median_of_replays_each_with_its_own_draws():
+    """With a scatter of step times, one replay is one draw, as one live run is:
+    each figure and count is the median over `SIM_SEEDS` seeds. Without one, every
+    replay is the same, and one is run."""
+    import statistics
+    from dataclasses import replace
+
+    from analysis.validate.run import SIM_SEEDS, _simulated
+    from sim import ConstantCost, build_setup, replay
+
+    trace = TRACES["mixed"](2048)
+    setup = build_setup(ConstantCost(0.05), step_scatter=(0.5, 1.0, 2.0), num_blocks=256)
+    sim, _ = _simulated(trace, setup)
+    each = [replay(trace, replace(setup, scatter_seed=seed)).summary.as_dict()
+            for seed in range(SIM_SEEDS)]
+    assert len({e["ttft_client_p50_s"] for e in each}) == SIM_SEEDS
+    for name in FIGURES + ("completed", "left", "tokens_read"):
+        assert sim[name] == statistics.median(e[name] for e in each), name
+    steady = replace(setup, step_scatter=())
+    assert _simulated(trace, steady)[0] == replay(trace, steady).summary.as_dict()
