@@ -23,18 +23,29 @@ from .validation import ErrorKind, RequestError, read_json, request_id
 
 
 INLINE_BODY_BYTES = 1024
-"""A body of at most this many bytes is checked on the event loop: its prompt
-tokenizes in tens of microseconds, less than the hop to a worker thread and back,
-which was most of a short request's way to the engine."""
+"""A text prompt in a body of at most this many bytes is tokenized on the event
+loop: in tens of microseconds, less than the hop to a worker thread and back, which
+was most of a short request's way to the engine."""
 
 
-async def _read(request: Request, service: LiveService, parse: Callable):
-    """The body read and checked by `parse`, which tokenizes the prompt: a long one
-    off the event loop, which writes every stream and would stall for it."""
+def _always_tokenizes(body: dict) -> bool:
+    return True
+
+
+async def _read(request: Request, service: LiveService, parse: Callable,
+                tokenizes: Callable[[dict], bool] = _always_tokenizes):
+    """The body read and checked by `parse`. A long text prompt is tokenized off the
+    event loop, which writes every stream (the tokenizer lets go of the GIL, so the
+    loop goes on meanwhile). A prompt of token ids is checked on the loop whatever
+    its length: the check holds the GIL, so a worker thread would not free the loop,
+    and it costs about what decoding the JSON already did there. Sent to a worker,
+    a burst's long prompts reached the engine after its short ones, out of the
+    order they came in."""
     settings = service.settings
     body = await read_json(request, settings.max_body_bytes, settings.body_timeout_s)
     declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) <= INLINE_BODY_BYTES:
+    if (not tokenizes(body)
+            or declared.isascii() and declared.isdigit() and int(declared) <= INLINE_BODY_BYTES):
         return parse(body, service.served, settings)
     return await run_in_threadpool(parse, body, service.served, settings)
 
@@ -49,7 +60,7 @@ def key_of(request: Request) -> str | None:
 async def post_stream(request: Request):
     service = service_of(request)
     try:
-        generation = await _read(request, service, wire_stream.parse)
+        generation = await _read(request, service, wire_stream.parse, wire_stream.tokenizes)
         stream, reader = await service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_stream.error_body)
@@ -103,8 +114,9 @@ async def post_chat_completions(request: Request):
 async def _openai(request: Request, chat: bool):
     service = service_of(request)
     try:
-        generation = await _read(request, service, wire_openai.parse_chat if chat
-                                 else wire_openai.parse_completion)
+        generation = await (_read(request, service, wire_openai.parse_chat) if chat else
+                            _read(request, service, wire_openai.parse_completion,
+                                  wire_openai.completion_tokenizes))
         stream, reader = await service.submit(generation, request_id(request), key_of(request))
     except RequestError as exc:
         return refuse(service, exc, wire_openai.error_body)

@@ -284,11 +284,13 @@ class ServedModel:
                                f"of {self.max_model_len} tokens", param)
 
     def token_ids(self, value, param: str) -> list[int]:
+        # `type(t) is int` leaves out bool; min and max then check the range in C, so
+        # a long list costs about what decoding it from JSON did
         if (not isinstance(value, list) or not value
-                or not all(isinstance(t, int) and not isinstance(t, bool) for t in value)):
+                or not all(type(t) is int for t in value)):
             raise invalid(param, f"'{param}' must be a non-empty list of token ids")
-        bad = next((t for t in value if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
+        if min(value) < 0 or max(value) >= self.vocab_size:
+            bad = next(t for t in value if not 0 <= t < self.vocab_size)
             raise invalid(param, f"token id {bad} is outside the vocabulary (0 to "
                                  f"{self.vocab_size - 1})")
         return value

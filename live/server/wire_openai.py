@@ -67,13 +67,22 @@ def _common(body: dict, served: ServedModel) -> tuple[bool, bool, bool]:
             boolean(options, "continuous_usage_stats"))
 
 
+def _one_prompt(prompt):
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        return prompt[0]  # a batch of one
+    return prompt
+
+
+def completion_tokenizes(body: dict) -> bool:
+    """Whether `parse_completion` tokenizes a text prompt (otherwise it only checks ids)."""
+    return isinstance(_one_prompt(body.get("prompt")), str)
+
+
 def parse_completion(body: dict, served: ServedModel, settings: ServeSettings) -> GenerationRequest:
     stream, usage, continuous = _common(body, served)
     if boolean(body, "echo"):
         raise invalid("echo", "'echo' is not supported")
-    prompt = field(body, "prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
+    prompt = _one_prompt(field(body, "prompt"))
     if isinstance(prompt, str):
         prompt_ids = served.encode(prompt)
         if not prompt_ids:

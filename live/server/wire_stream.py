@@ -43,6 +43,11 @@ ERROR_TYPES = {
 }
 
 
+def tokenizes(body: dict) -> bool:
+    """Whether `parse` tokenizes a text prompt (otherwise it only checks ids)."""
+    return body.get("prompt") is not None
+
+
 def parse(body: dict, served: ServedModel, settings: ServeSettings) -> GenerationRequest:
     has_text, has_ids = body.get("prompt") is not None, body.get("prompt_tokens") is not None
     if has_text == has_ids:

@@ -1,7 +1,8 @@
-"""A long prompt (a body over `INLINE_BODY_BYTES`) is tokenized off the event loop,
-so every other stream keeps being written meanwhile, and a short one on it, where
-it costs less than the hop to a worker thread; and a prompt with more characters
-than the context could hold is refused before the tokenizer sees it."""
+"""A long text prompt (a body over `INLINE_BODY_BYTES`) is tokenized off the event
+loop, so every other stream keeps being written meanwhile, and a short one on it,
+where it costs less than the hop to a worker thread; a prompt of token ids, however
+long, is checked on the loop, in the order the requests came; and a prompt with
+more characters than the context could hold is refused before the tokenizer sees it."""
 import json
 import threading
 
@@ -10,6 +11,7 @@ import httpx
 from live_server import (TOY_CONTEXT, TOY_NAME, HeldRunner, RawStream, ToyTokenizer,
                          running_server, tiny_engine, wait_idle)
 from live.server.app import create_app
+from live.server.routes_generate import INLINE_BODY_BYTES
 from live.server.validation import ServedModel
 from scheduler.settings import ServeSettings
 from tiny_models import VOCAB
@@ -36,6 +38,17 @@ class GatedTokenizer(ToyTokenizer):
             # set only by the test, after another stream's events reached it
             self.let_go_in_time = self.proceed.wait(10)
         return super().encode(text)
+
+
+class ThreadNoting(ServedModel):
+    """Notes the thread each list of token ids was checked on."""
+
+    def token_ids(self, value, param: str) -> list[int]:
+        NOTED_THREADS.append((len(value), threading.current_thread().name))
+        return super().token_ids(value, param)
+
+
+NOTED_THREADS: list[tuple[int, str]] = []
 
 
 def _server():
@@ -94,4 +107,27 @@ def test_a_prompt_longer_than_any_context_is_refused_without_tokenizing():
             assert error["code"] == "context_length_exceeded" and "characters" in error["message"]
         assert all(length < 1_000_000 for length in tokenizer.lengths)
         wait_idle(url)
+    assert engine.core.is_drained()
+
+
+def test_a_long_prompt_of_token_ids_is_checked_on_the_event_loop():
+    NOTED_THREADS.clear()
+    engine, _ = tiny_engine()
+    app = create_app(engine, ThreadNoting(TOY_NAME, ToyTokenizer(), TOY_CONTEXT, VOCAB),
+                     ServeSettings())
+    ids = [100 + i % (VOCAB - 100) for i in range(250)]
+    with running_server(app) as url:
+        for path, body in (("/v1/stream", {"prompt_tokens": ids, "max_new_tokens": 2}),
+                           ("/v1/completions", {"prompt": ids, "max_tokens": 2}),
+                           ("/v1/completions", {"prompt": [ids], "max_tokens": 2})):
+            assert len(json.dumps(body)) > INLINE_BODY_BYTES
+            r = httpx.post(url + path, json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            usage = (json.loads(r.text.split("event: done\ndata: ")[1].split("\n")[0])["usage"]
+                     if path == "/v1/stream" else r.json()["usage"])
+            assert usage["prompt_tokens"] == 250 and usage["completion_tokens"] == 2
+        after = wait_idle(url)
+        assert after["blocks_reserved"] == 0 and after["admissions"] == after["releases"] == 3
+    assert [length for length, _ in NOTED_THREADS] == [250, 250, 250]
+    assert all(thread.startswith("uvicorn-") for _, thread in NOTED_THREADS), NOTED_THREADS
     assert engine.core.is_drained()
