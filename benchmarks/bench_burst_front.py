@@ -4,8 +4,7 @@ token ids, as a trace replay sends them). For each burst, from the server's own
 records (`/v1/requests`): whether the requests reached the engine in the order
 they were sent, how long the front took over the burst, when the prompts of a
 body over 1 KiB reached it against the shorter ones, and the step loop's wake: from
-the first arrival to the first step, how many requests were in the inbox by then
-and how many that step admitted. The bursts are shuffled differently each time,
+the first arrival to the first step, and how many requests that step admitted. The bursts are shuffled differently each time,
 so that order is the sender's and not the prompt's length.
 
     .venv/bin/python benchmarks/bench_burst_front.py [--bursts 8] [--max-batch 4]
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from analysis.live_target import live_target  # noqa: E402
 from live.client.loadgen import replay  # noqa: E402
 from live.client.request_body import PromptFiller, request_body  # noqa: E402
+from live.server.routes_generate import INLINE_BODY_BYTES  # noqa: E402
 from scheduler.settings import ServeSettings  # noqa: E402
 from traces import TraceRequest  # noqa: E402
 
@@ -41,7 +41,6 @@ PROMPTS = {
     # the calibration's burst: sixteen prompts of 16 tokens
     "short": [16] * 16,
 }
-LONG_BODY_BYTES = 1024
 
 
 def burst(target, sizes: list[int], tag: str, seed: int) -> dict:
@@ -50,7 +49,7 @@ def burst(target, sizes: list[int], tag: str, seed: int) -> dict:
     trace = [TraceRequest(f"{tag}-{seed}-{i}", 0.0, sizes[i], 4) for i in order]
     sent = {r.id: n for n, r in enumerate(trace)}
     long = {r.id for r in trace
-            if len(json.dumps(request_body(r, PromptFiller())).encode()) > LONG_BODY_BYTES}
+            if len(json.dumps(request_body(r, PromptFiller())).encode()) > INLINE_BODY_BYTES}
     before = target.last_request()
     replay(target.url, trace, request_id_prefix="b-")
     time.sleep(0.3)
@@ -71,9 +70,14 @@ def burst(target, sizes: list[int], tag: str, seed: int) -> dict:
         "short_ms": statistics.mean((r["arrival_unix"] - first) * 1e3 for r in records
                                     if r["id"] not in long),
         "wake_ms": (first_step - first) * 1e3,
-        "inbox": sum(r["arrival_unix"] <= first_step for r in records),
         "first_step": sum(r["admitted_unix"] == first_step for r in records),
     }
+
+
+def spread(values: list[float], digits: int) -> str:
+    """The median, and the least and most in brackets."""
+    return (f"{statistics.median(values):.{digits}f} "
+            f"({min(values):.{digits}f}–{max(values):.{digits}f})")
 
 
 def main() -> None:
@@ -100,15 +104,10 @@ def main() -> None:
                                      if longs else "none / ") + \
                         f"{statistics.mean(r['short_ms'] for r in rows):.1f}"
                     print(f"| {engine} | {name} | {sum(r['inversions'] for r in rows)} | "
-                          f"{statistics.median(r['spread_ms'] for r in rows):.1f} "
-                          f"({min(r['spread_ms'] for r in rows):.1f}–"
-                          f"{max(r['spread_ms'] for r in rows):.1f}) | {long_vs_short} | "
-                          f"{statistics.median(r['wake_ms'] for r in rows):.2f} "
-                          f"({min(r['wake_ms'] for r in rows):.2f}–"
-                          f"{max(r['wake_ms'] for r in rows):.2f}) | "
+                          f"{spread([r['spread_ms'] for r in rows], 1)} | {long_vs_short} | "
+                          f"{spread([r['wake_ms'] for r in rows], 2)} | "
                           f"{sum(r['first_step'] == 1 for r in rows)} of {len(rows)} | "
                           f"{', '.join(str(r['first_step']) for r in rows)} |", flush=True)
-
 
 if __name__ == "__main__":
     main()
