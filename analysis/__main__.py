@@ -216,7 +216,8 @@ def parser() -> OneLineErrors:
               ServeSettings, STARTED, absent_unless_given=True)
     p.set_defaults(func=run_study, url=None)
     p = commands.add_parser("validate", help="one profile against a matrix of live runs: "
-                                             "settings by traces, each run several times")
+                                             "settings by traces, each run several times, "
+                                             "the host's pace checked about each run")
     _serve_options(p)
     p.add_argument("--profile", help="a profile JSON; none: the one measured on this "
                                      "hardware (calibrated here if none is cached)")

@@ -6,7 +6,6 @@ live server's records of this run's requests, so that other clients of a shared
 server count for nothing)."""
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from live.client.loadgen import replay as live_replay
 from scheduler.settings import ServeSettings
 from sim import (Profile, ReplaySetup, TimeSeries, build_setup, replay as sim_replay,
-                 summarize_replay)
+                 summarize_replay, write_step_log)
 from sim.fitted_ranges import Beyond
 from sim.replay import Probe
 from traces import TraceRequest
@@ -73,7 +72,7 @@ def compare(trace: list[TraceRequest], profile: Profile, server: ServeSettings |
         steps = target.steps_after(mark)
         records = [r for r in target.requests_after(finished_mark) if r["id"].startswith(prefix)]
         unrecorded = add_engine_view(result.outcomes, records, prefix, result.started_unix)
-    (out_dir / "live-steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    write_step_log(out_dir / "live-steps.jsonl", steps)
     if unrecorded:
         raise RuntimeError(f"the server at {target.url} has no record of {len(unrecorded)} "
                            f"accepted requests ({', '.join(unrecorded[:5])}): without them "

@@ -2,7 +2,7 @@
 costs from a fitted profile, simulated clients (readers, leavers, transport
 buffers) and per-request outcomes in the schema the live client writes."""
 from .cost_model import FEATURES, ConstantCost, CostModel, LinearCost, ScaledCost
-from .fit import FitReport, fit, load_step_log, pace
+from .fit import FitReport, fit, load_step_log, pace, write_step_log
 from .overheads import Overheads
 from .profile import Profile, build_profile, load_profile, save_profile
 from .replay import Replay, ReplayNotDrained, replay
@@ -14,7 +14,7 @@ from .wire import WIRE_FORMATS, WireFormat
 
 __all__ = [
     "FEATURES", "ConstantCost", "CostModel", "LinearCost", "ScaledCost", "FitReport", "fit",
-    "load_step_log", "pace",
+    "load_step_log", "pace", "write_step_log",
     "summarize_replay", "Overheads", "Profile", "build_profile",
     "load_profile", "save_profile", "Replay",
     "ReplayNotDrained", "replay", "ReplaySetup", "build_setup", "sweep", "TimeSeries",

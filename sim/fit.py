@@ -33,6 +33,10 @@ def load_step_log(path: str | Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def write_step_log(path: str | Path, steps: list[dict]) -> None:
+    Path(path).write_text("".join(json.dumps(s) + "\n" for s in steps))
+
+
 KINDS = ("decode", "prefill", "mixed", "chunked")
 """Steps by the work they do: decodes alone, prompts alone, both, and any step
 with a chunk that continues a prompt or leaves it unfinished. One pooled error

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .verdict import COUNTED, FIGURES, CellVerdict, Judged
+from .verdict import COUNTED, FIGURES, CellVerdict, Judged, Repriced
 
 SHORT = {"ttft_client_p50_s": "TTFT p50", "ttft_client_p99_s": "TTFT p99", "gap_p99_s": "gap p99",
          "stall_p99_s": "stall p99", "throughput_tok_s": "throughput",
@@ -15,7 +15,7 @@ SHORT = {"ttft_client_p50_s": "TTFT p50", "ttft_client_p99_s": "TTFT p99", "gap_
 def tally(verdicts: list[CellVerdict]) -> str:
     """How many cells the simulator holds (of those where a request was served), how
     many live holds against itself, and how many the simulator holds at the host's
-    pace."""
+    pace, as the price checks read it and as the runs' own steps did."""
     decided = [v.ok for v in verdicts if v.ok is not None]
     line = f"{sum(decided)} of {len(decided)} cells within bounds"
     asides = []
@@ -26,21 +26,22 @@ def tally(verdicts: list[CellVerdict]) -> str:
     if judged:
         asides.append(f"each live run against the median of the others: {sum(judged)} of "
                       f"{len(judged)}")
-    paced = [v.ok_at_pace for v in verdicts if v.ok_at_pace is not None]
-    if paced:
-        asides.append(f"the simulator's prices scaled to the host's pace in each cell: "
-                      f"{sum(paced)} of {len(paced)}")
+    for what, oks in (("the price checks' pace", [v.ok_at_check for v in verdicts]),
+                      ("the pace of the runs' own steps", [v.ok_at_pace for v in verdicts])):
+        paced = [ok for ok in oks if ok is not None]
+        if paced:
+            asides.append(f"at {what}: {sum(paced)} of {len(paced)}")
     return line + (f" ({'; '.join(asides)})" if asides else "")
 
 
-def _pace(v: CellVerdict) -> str:
+def _pace(repriced: Repriced) -> str:
     """The median pace, and the runs' range beside it."""
-    known = [p for p in v.paces if p is not None]
+    known = [p for p in repriced.paces if p is not None]
     if not known:
         return "-"
     if len(known) == 1:
         return f"{known[0]:.2f}"
-    return f"{v.pace:.2f} ({min(known):.2f}–{max(known):.2f})"
+    return f"{repriced.pace:.2f} ({min(known):.2f}–{max(known):.2f})"
 
 
 def _yes(ok: bool | None) -> str:
@@ -60,13 +61,15 @@ def _cell(j: Judged) -> str:
 
 def markdown(verdicts: list[CellVerdict]) -> str:
     head = ["trace", "settings", "runs", *(SHORT[f] for f in FIGURES), "counts", "within",
-            "live within", "pace", "within at pace"]
+            "live within", "checked pace", "within at checked pace", "own pace",
+            "within at own pace"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in verdicts:
         lines.append("| " + " | ".join([v.trace, v.settings, str(v.runs),
                                          *(_cell(j) for j in v.judged),
                                          "equal" if v.counts_agree else "**differ**",
-                                         _yes(v.ok), _yes(v.live_ok), _pace(v),
+                                         _yes(v.ok), _yes(v.live_ok), _pace(v.at_check),
+                                         _yes(v.ok_at_check), _pace(v.at_pace),
                                          _yes(v.ok_at_pace)]) + " |")
     return "\n".join(lines)
 
@@ -83,12 +86,15 @@ def write_validation(verdicts: list[CellVerdict], out_dir: Path, header: str) ->
           "preemptions equal (gap p99 unbounded); requests completed and left, and tokens "
           "read, equal on both sides (`counts`). `live within`: every live run, in the "
           "simulator's place, within the same bounds of the median of the other runs; where "
-          "it is not, the bounds are finer than this host repeats. `pace`: the seconds each "
-          "live run's steps took over the profile's price of the same steps (1.10: the host "
-          "ran a tenth slower than at calibration), the median and the runs' range; `within "
-          "at pace`: the simulator judged again with its step prices times that median, "
-          "which no profile can know beforehand: it tells the model's errors from the "
-          "host's.", ""]
+          "it is not, the bounds are finer than this host repeats. `checked pace`: the "
+          "seconds the steps of a short fixed load (the price check) took, run on the cell's "
+          "server before and after each live run, over the profile's price of the same steps "
+          "(1.10: the host ran a tenth slower than at calibration), the runs' median and "
+          "range; `within at checked pace`: the simulator judged again with its step prices "
+          "times that median, as a user who checks the host before a what-if would run it. "
+          "`own pace`: the same ratio for each live run's own steps, which no profile can "
+          "know beforehand; `within at own pace` tells the model's errors from the host's.",
+          ""]
     if beyond:
         md += ["Where the simulated replay went past the profile's fit:", *beyond, ""]
     md.append("![errors](validate.png)")

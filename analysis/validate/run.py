@@ -3,8 +3,9 @@ and so on, with one server for each setting in each round (or the one at `--url`
 throughout). A shared host's speed drifts by more than the bounds over the hour a
 matrix takes; runs back to back would land in one stretch of it and judge that
 stretch, while rounds put a cell's runs as far apart as the matrix lasts. Each
-cell is simulated with the one profile, and again at the host's pace, and judged
-once its last run ends. A matrix run once can judge another profile later
+cell is simulated with the one profile, and again at the host's pace (as a price
+check on the cell's server read it about each run, and as the run's own steps
+ran), and judged once its last run ends. A matrix run once can judge another profile later
 (`rejudge`): the live runs are the costly part, and the simulated side is
 computed again in seconds.
 
@@ -21,13 +22,18 @@ from itertools import groupby
 from pathlib import Path
 
 from scheduler.settings import ServeSettings
-from sim import Profile, ReplaySetup, ScaledCost, load_step_log, pace, replay as sim_replay
+from sim import (Profile, ReplaySetup, ScaledCost, load_step_log, pace, replay as sim_replay,
+                 write_step_log)
 from traces import TraceRequest
 
 from ..compare import Comparison, compare, simulated_server
 from ..live_target import Access, live_target
+from ..price_check import price_check
 from .matrix import SETTINGS, TRACES, Cell
 from .verdict import EXACT, FIGURES, CellVerdict, cell_verdict, recorded_runs
+
+PRICE_CHECK_LOG = "price-check-steps.jsonl"
+"""The steps of the price checks before and after a live run, beside its own."""
 
 SIM_SEEDS = 5
 """Replays a cell's simulated side is the median of, each with its own draws of
@@ -51,6 +57,8 @@ def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], ru
         groups = [(settings, group) for settings, group in groups if not SETTINGS[settings]]
     traces: dict[Cell, list[TraceRequest] | None] = {}
     done: dict[Cell, list[Comparison]] = {}
+    checks: dict[Cell, list[float]] = {}
+    cost = profile.cost_model()
     verdicts: dict[Cell, CellVerdict] = {}
     for i in range(1, runs + 1):
         for settings, group in groups:
@@ -58,19 +66,25 @@ def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], ru
             server_log = out_dir / (f"server-{settings}.log" if runs == 1
                                     else f"server-{settings}-run-{i}.log")
             with live_target(server, server_log, access) as target:
+                max_model_len = target.info.scheduler["max_model_len"]
+                before = price_check(target, max_model_len)
                 for cell in group:
                     if cell not in traces:
-                        traces[cell] = _trace(cell, target.info.scheduler["max_model_len"], log)
+                        traces[cell] = _trace(cell, max_model_len, log)
                     trace = traces[cell]
                     if trace is None:
                         continue
                     log(f"{cell.name}: live run {i} of {runs} ({len(trace)} requests)")
+                    run_dir = out_dir / f"{cell.trace}--{cell.settings}" / f"run-{i}"
                     done.setdefault(cell, []).append(
-                        compare(trace, profile, target.url,
-                                out_dir / f"{cell.trace}--{cell.settings}" / f"run-{i}",
+                        compare(trace, profile, target.url, run_dir,
                                 log=lambda *_: None, access=target.access))
+                    after = price_check(target, max_model_len)
+                    checks.setdefault(cell, []).append(pace(before + after, cost))
+                    write_step_log(run_dir / PRICE_CHECK_LOG, before + after)
+                    before = after
                     if i == runs:
-                        verdicts[cell] = _verdict(cell, trace, profile, done[cell])
+                        verdicts[cell] = _verdict(cell, trace, profile, done[cell], checks[cell])
                         ok = verdicts[cell].ok
                         log(f"{cell.name}: " + ("no request served" if ok is None else
                                                 "within bounds" if ok else "OVER a bound"))
@@ -86,13 +100,13 @@ def _trace(cell: Cell, max_model_len: int, log) -> list[TraceRequest] | None:
 
 
 def _verdict(cell: Cell, trace: list[TraceRequest], profile: Profile,
-             comparisons: list[Comparison]) -> CellVerdict:
+             comparisons: list[Comparison], checks: list[float]) -> CellVerdict:
     # every run's simulated side is the same: the same seeds
     settings = comparisons[0].server.sim_settings()
     cost = profile.cost_model()
     sim, beyond = _simulated(trace, simulated_server(profile, settings))
     return _judged(cell, trace, profile, [c.live.summary.as_dict() for c in comparisons],
-                   [pace(c.steps, cost) if c.steps else None for c in comparisons],
+                   checks, [pace(c.steps, cost) if c.steps else None for c in comparisons],
                    settings, sim, beyond)
 
 
@@ -111,25 +125,30 @@ def _simulated(trace: list[TraceRequest], setup: ReplaySetup) -> tuple[dict, lis
 
 
 def _judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[dict],
-            paces: list[float | None], sim_settings: dict, sim: dict,
-            beyond_fit: list[str]) -> CellVerdict:
+            checks: list[float | None], paces: list[float | None], sim_settings: dict,
+            sim: dict, beyond_fit: list[str]) -> CellVerdict:
     """The cell's live runs (`live`, each run's summary) against the simulator at
     the profile's prices (`sim`, its summary), and at those prices times the median
-    of `paces`."""
-    known = [p for p in paces if p is not None]
-    at_pace = None
-    if known:
-        setup = simulated_server(profile, sim_settings)
-        at_pace, _ = _simulated(trace, replace(setup, cost=ScaledCost(setup.cost,
-                                                                      statistics.median(known))))
+    of `checks` (each run's pace as the price checks about it read it) and of
+    `paces` (as its own steps ran)."""
+    setup = simulated_server(profile, sim_settings)
+
+    def repriced(paces: list[float | None]) -> tuple[list[float | None], dict | None]:
+        known = [p for p in paces if p is not None]
+        if not known:
+            return paces, None
+        scaled = replace(setup, cost=ScaledCost(setup.cost, statistics.median(known)))
+        return paces, _simulated(trace, scaled)[0]
+
     return cell_verdict(cell.trace, cell.settings, live, sim, sum(r.client.leaves for r in trace),
-                        beyond_fit, sim_settings, paces, at_pace)
+                        beyond_fit, sim_settings, repriced(checks), repriced(paces))
 
 
 def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
     """The cells of a `validate.json` judged again with `profile`: the same live
     runs, each trace simulated anew at the settings its live server ran, each run's
-    pace priced anew from its step log (None where the log is not beside it)."""
+    paces priced anew from its step log and its price checks' (None where the log
+    is not beside it)."""
     recorded = Path(recorded)
     cost = profile.cost_model()
     verdicts = []
@@ -139,13 +158,18 @@ def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
             raise ValueError(f"{recorded}: cell {cell['trace']} × {cell['settings']} does not "
                              f"keep the settings it ran (written by an older validate)")
         folder = recorded.parent / f"{cell['trace']}--{cell['settings']}"
-        paces = []
-        for i in range(1, cell["runs"] + 1):
-            log_path = folder / f"run-{i}" / "live-steps.jsonl"
-            steps = load_step_log(log_path) if log_path.exists() else []
-            paces.append(pace(steps, cost) if steps else None)
+        runs = [folder / f"run-{i}" for i in range(1, cell["runs"] + 1)]
         trace = TRACES[cell["trace"]](settings["max_model_len"])
         sim, beyond = _simulated(trace, simulated_server(profile, settings))
         verdicts.append(_judged(Cell(cell["trace"], cell["settings"]), trace, profile,
-                                recorded_runs(cell), paces, settings, sim, beyond))
+                                recorded_runs(cell),
+                                [_logged_pace(run / PRICE_CHECK_LOG, cost) for run in runs],
+                                [_logged_pace(run / "live-steps.jsonl", cost) for run in runs],
+                                settings, sim, beyond))
     return verdicts
+
+
+def _logged_pace(path: Path, cost) -> float | None:
+    """The pace of the steps logged at `path`; None where there are none."""
+    steps = load_step_log(path) if path.exists() else []
+    return pace(steps, cost) if steps else None

@@ -12,10 +12,13 @@ shown within it there. The counts that follow from the trace and the scheduler
 alone (requests completed and left, tokens read) are kept for each side too: they
 must agree exactly.
 
-The host's pace, each live run's step seconds over the profile's price of the
-same steps, is kept beside the verdict, and the simulator is judged a second time
-with its prices scaled to the cell's median pace: what the model is worth apart
-from the speed the host happened to run at while the cell ran."""
+The host's pace is read two ways for each live run, and the simulator is judged
+again at each, its prices scaled to the cell's median pace: from price checks,
+a short fixed load run before and after the run (`price_check`), which read
+nothing of the workload judged, as a user checks the host before a what-if; and
+from the run's own steps over the profile's price of the same steps, which no
+profile can know beforehand: what the model is worth apart from the speed the
+host happened to run at while the cell ran."""
 from __future__ import annotations
 
 import statistics
@@ -92,6 +95,21 @@ def _within(error: float | None, bound: float | None) -> bool | None:
 
 
 @dataclass(frozen=True)
+class Repriced:
+    """The simulator judged again with its prices times the median of `paces`, each
+    live run's reading of the host's pace (None: not read)."""
+    paces: list[float | None] = field(default_factory=list)
+    judged: list[Judged] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    """The simulator's `EXACT` counts at those prices."""
+
+    @property
+    def pace(self) -> float | None:
+        known = [p for p in self.paces if p is not None]
+        return statistics.median(known) if known else None
+
+
+@dataclass(frozen=True)
 class CellVerdict:
     trace: str
     settings: str
@@ -104,13 +122,10 @@ class CellVerdict:
     sim_settings: dict = field(default_factory=dict)
     """The settings the simulated side ran (`build_setup`'s, the live server's
     own): with them another profile can be judged on the same live runs."""
-    paces: list[float | None] = field(default_factory=list)
-    """Each live run's step seconds over the profile's price of those steps (None:
-    no step)."""
-    at_pace: list[Judged] = field(default_factory=list)
-    """The figures again, the simulator's prices scaled to the median pace."""
-    counts_at_pace: dict[str, int] = field(default_factory=dict)
-    """The simulator's `EXACT` counts at those prices."""
+    at_check: Repriced = field(default_factory=Repriced)
+    """At the pace the price checks about each run read."""
+    at_pace: Repriced = field(default_factory=Repriced)
+    """At the pace each run's own steps ran."""
 
     @property
     def counts_agree(self) -> bool:
@@ -135,18 +150,20 @@ class CellVerdict:
             return None
         return self.counts_agree and all(j.ok is not False for j in self.judged)
 
+    def ok_at(self, repriced: Repriced) -> bool | None:
+        """Within bounds with the simulator's prices repriced; None where no pace
+        is known or nothing was served."""
+        if not repriced.judged or not self.served:
+            return None
+        return self._agree(repriced.counts) and all(j.ok is not False for j in repriced.judged)
+
     @property
-    def pace(self) -> float | None:
-        known = [p for p in self.paces if p is not None]
-        return statistics.median(known) if known else None
+    def ok_at_check(self) -> bool | None:
+        return self.ok_at(self.at_check)
 
     @property
     def ok_at_pace(self) -> bool | None:
-        """Within bounds with the simulator's prices scaled to the host's pace;
-        None where no pace is known."""
-        if not self.at_pace or not self.served:
-            return None
-        return self._agree(self.counts_at_pace) and all(j.ok is not False for j in self.at_pace)
+        return self.ok_at(self.at_pace)
 
     @property
     def live_ok(self) -> bool | None:
@@ -162,26 +179,37 @@ class CellVerdict:
                 "counts": self.counts, "counts_agree": self.counts_agree,
                 "beyond_fit": self.beyond_fit, "sim_settings": self.sim_settings,
                 "figures": [asdict(j) for j in self.judged],
-                "paces": self.paces, "pace": self.pace, "ok_at_pace": self.ok_at_pace,
-                "counts_at_pace": self.counts_at_pace,
-                "figures_at_pace": [asdict(j) for j in self.at_pace]}
+                **_repriced("check", self.at_check, self.ok_at_check),
+                **_repriced("pace", self.at_pace, self.ok_at_pace)}
+
+
+def _repriced(name: str, repriced: Repriced, ok: bool | None) -> dict:
+    return {f"{name}s": repriced.paces, name: repriced.pace, f"ok_at_{name}": ok,
+            f"counts_at_{name}": repriced.counts,
+            f"figures_at_{name}": [asdict(j) for j in repriced.judged]}
 
 
 def cell_verdict(trace: str, settings: str, live: list[dict], sim: dict, leavers: int,
                  beyond_fit: list[str], sim_settings: dict | None = None,
-                 paces: list[float | None] = (), sim_at_pace: dict | None = None) -> CellVerdict:
+                 at_check: tuple[list[float | None], dict | None] = ([], None),
+                 at_pace: tuple[list[float | None], dict | None] = ([], None)) -> CellVerdict:
     """`live`: each run's summary (`Summary.as_dict()`, or at least `FIGURES` and
-    `EXACT`); `sim`: the simulated side's, and `sim_at_pace` its summary with its
-    prices scaled to the median of `paces`."""
-    def judged(side: dict | None) -> list[Judged]:
-        return [] if side is None else [judge(f, [r[f] for r in live], side[f], leavers)
-                                        for f in FIGURES]
+    `EXACT`); `sim`: the simulated side's. `at_check` and `at_pace`: each run's
+    pace as read by the price checks and by its own steps, and the simulated
+    side's summary with its prices scaled to their median (None: no pace known)."""
+    def judged(side: dict) -> list[Judged]:
+        return [judge(f, [r[f] for r in live], side[f], leavers) for f in FIGURES]
+
+    def repriced(paces: list[float | None], side: dict | None) -> Repriced:
+        if side is None:
+            return Repriced(list(paces))
+        return Repriced(list(paces), judged(side), {name: side[name] for name in EXACT})
 
     return CellVerdict(trace, settings, len(live), judged(sim),
                        {name: {"live": [r[name] for r in live], "sim": sim[name]}
                         for name in EXACT},
-                       beyond_fit, dict(sim_settings or {}), list(paces), judged(sim_at_pace),
-                       {} if sim_at_pace is None else {name: sim_at_pace[name] for name in EXACT})
+                       beyond_fit, dict(sim_settings or {}), repriced(*at_check),
+                       repriced(*at_pace))
 
 
 def recorded_runs(cell: dict) -> list[dict]:

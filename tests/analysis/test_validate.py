@@ -20,6 +20,7 @@ from traces.synthetic.conversations import conversations
 
 from analysis_helpers import mixed_trace, save_tiny_llama
 from live_server import running_server, tiny_app
+from tiny_models import tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,8 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
     assert live.exists()
     tally = (f"{sum(c['ok'] for c in data['cells'])} of 2 cells within bounds (each live run "
              f"against the median of the others: {sum(c['live_ok'] for c in data['cells'])} of "
-             f"2; the simulator's prices scaled to the host's pace in each cell: "
+             f"2; at the price checks' pace: {sum(c['ok_at_check'] for c in data['cells'])} "
+             f"of 2; at the pace of the runs' own steps: "
              f"{sum(c['ok_at_pace'] for c in data['cells'])} of 2)")
     assert data["tally"] == tally and tally in printed
     # the runs went in rounds: each setting's server started again for each round,
@@ -95,6 +97,21 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
         assert cell["pace"] == sorted(cell["paces"])[1]
         assert [f["figure"] for f in cell["figures_at_pace"]] == list(FIGURES)
         assert cell["counts_at_pace"]["completed"] == 8
+    # each run's checked pace, from the price checks on its server just before and
+    # just after it: none of their steps is among the run's own
+    for cell in data["cells"]:
+        for r, recorded in enumerate(cell["checks"], start=1):
+            folder = out / f"{cell['trace']}--{cell['settings']}" / f"run-{r}"
+            checked = load_step_log(folder / "price-check-steps.jsonl")
+            own = load_step_log(folder / "live-steps.jsonl")
+            assert recorded == pace(checked, cost)
+            before = [s for s in checked if s["start_unix"] < own[0]["start_unix"]]
+            after = [s for s in checked if s["start_unix"] > own[-1]["start_unix"]]
+            assert before and after and len(before) + len(after) == len(checked)
+            assert {s["step"] for s in checked}.isdisjoint(s["step"] for s in own)
+        assert cell["check"] == sorted(cell["checks"])[1]
+        assert [f["figure"] for f in cell["figures_at_check"]] == list(FIGURES)
+        assert cell["counts_at_check"]["completed"] == 8
     assert (out / "validate.png").read_bytes()[:4] == b"\x89PNG"
     assert "| mixed | chunked-64 | 3 |" in (out / "validate.md").read_text()
 
@@ -121,10 +138,11 @@ def test_quick_cells_run_live_three_times_and_are_judged(model_dir, tmp_path, mo
         assert second["ttft_client_p50_s"]["sim"] > first["ttft_client_p50_s"]["sim"]
         # every price doubled: the host ran at half the pace, and at that pace the
         # simulator is where the right profile put it
-        assert after["paces"] == pytest.approx([p / 2 for p in before["paces"]])
-        for was, now in zip(before["figures_at_pace"], after["figures_at_pace"]):
-            assert now["sim"] == pytest.approx(was["sim"], rel=1e-9)
-        assert after["ok_at_pace"] == before["ok_at_pace"]
+        for read in ("check", "pace"):
+            assert after[f"{read}s"] == pytest.approx([p / 2 for p in before[f"{read}s"]])
+            for was, now in zip(before[f"figures_at_{read}"], after[f"figures_at_{read}"]):
+                assert now["sim"] == pytest.approx(was["sim"], rel=1e-9)
+            assert after[f"ok_at_{read}"] == before[f"ok_at_{read}"]
     assert analysis_main(["validate", "--live-from", str(out), "--profile", str(profile),
                           "--out", str(out)]) == 2
 
@@ -133,11 +151,14 @@ def test_a_running_server_is_judged_at_its_own_settings_only(tmp_path, monkeypat
     logged = []
     cells = [matrix.Cell("mixed", "default"), matrix.Cell("mixed", "batch-4")]
     monkeypatch.setitem(matrix.TRACES, "mixed", lambda max_model_len: mixed_trace()[:3])
-    app, engine = tiny_app(ServeSettings())
+    # a vocabulary that holds the ids a replay makes up for prompts known by length
+    app, engine = tiny_app(ServeSettings(), model=tiny_llama(vocab_size=2048))
     with running_server(app) as url:
         verdicts = validate(url, load_profile(CPU_SMOLLM2), cells, 1, tmp_path / "v",
                             log=logged.append)
     assert [(v.trace, v.settings, v.runs) for v in verdicts] == [("mixed", "default", 1)]
+    assert verdicts[0].counts["completed"] == {"live": [3], "sim": 3}
+    assert verdicts[0].at_check.paces[0] > 0
     assert f"skipped: batch-4 (the server at {url} runs its own settings)" in logged
     assert engine.core.is_drained()
 

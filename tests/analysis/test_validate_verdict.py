@@ -83,13 +83,13 @@ def test_a_cell_where_no_request_was_served_is_not_judged_and_the_tally_names_it
     empty = cell_verdict("mooncake-long", "optimistic-small-pool", refused,
                          Summary_of(completed=0, left=0, tokens_read=0), 0, [])
     assert empty.counts_agree and not empty.served
-    assert (empty.ok, empty.live_ok, empty.ok_at_pace) == (None, None, None)
+    assert (empty.ok, empty.live_ok, empty.ok_at_check, empty.ok_at_pace) == (None,) * 4
     good, bad = verdicts()
     assert tally([good, empty, bad]) == (
         "1 of 2 cells within bounds (not judged, no request served on either side: "
         "mooncake-long × optimistic-small-pool; each live run against the median of the "
         "others: 2 of 2)")
-    assert markdown([empty]).splitlines()[2].endswith("| equal | - | - | - | - |")
+    assert markdown([empty]).splitlines()[2].endswith("| equal | - | - | - | - | - | - |")
     served_once = cell_verdict("t", "s", refused, Summary_of(completed=1, left=0, tokens_read=0),
                                0, [])
     assert served_once.served and served_once.ok is False  # one side served: the counts differ
@@ -111,8 +111,9 @@ def test_the_table_marks_what_is_over_and_the_tally_counts_the_cells(tmp_path):
     assert good.ok and not bad.ok
     table = markdown([good, bad]).splitlines()
     assert table[0].split(" | ")[3:5] == ["TTFT p50", "TTFT p99"]
-    assert "| +4.0% (live ±0%) |" in table[2] and table[2].endswith("| equal | yes | yes | - | - |")
-    assert "**+50.0% (live ±0%)**" in table[3] and table[3].endswith("| **no** | yes | - | - |")
+    assert "| +4.0% (live ±0%) |" in table[2]
+    assert table[2].endswith("| equal | yes | yes | - | - | - | - |")
+    assert "**+50.0% (live ±0%)**" in table[3] and table[3].endswith("| **no** | yes | - | - | - | - |")
     assert "| +50.0% (live ±0%) |" in table[3]  # the gap p99: shown, not judged
     line = "1 of 2 cells within bounds (each live run against the median of the others: 2 of 2)"
     assert tally([good, bad]) == line
@@ -128,26 +129,34 @@ def test_a_cell_is_judged_again_at_the_pace_its_host_ran():
     live = [Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=t)
             for t in (100.0, 90.0, 95.0)]
     at_price = Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=105.0)
+    at_check = Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=100.0)
     at_pace = Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=96.0)
-    cell = cell_verdict("mixed", "default", live, at_price, 2, [], paces=[1.05, 1.12, None],
-                        sim_at_pace=at_pace)
-    # +10.5% at the profile's prices; +1.1% at the host's pace (the median of 1.05 and 1.12)
-    assert cell.pace == pytest.approx(1.085)
-    assert cell.ok is False and cell.ok_at_pace is True
-    paced = {j.figure: j for j in cell.at_pace}
+    cell = cell_verdict("mixed", "default", live, at_price, 2, [],
+                        at_check=([1.10, 1.02, 1.06], at_check),
+                        at_pace=([1.05, 1.12, None], at_pace))
+    # +10.5% at the profile's prices; +5.3% at the checks' pace (the median, 1.06);
+    # +1.1% at the runs' own pace (the median of 1.05 and 1.12)
+    assert (cell.at_check.pace, cell.at_pace.pace) == (1.06, pytest.approx(1.085))
+    assert (cell.ok, cell.ok_at_check, cell.ok_at_pace) == (False, False, True)
+    checked, paced = ({j.figure: j for j in r.judged} for r in (cell.at_check, cell.at_pace))
+    assert checked["throughput_tok_s"].error == pytest.approx(5 / 95)
     assert paced["throughput_tok_s"].error == pytest.approx(1 / 95)
     row = markdown([cell]).splitlines()[2]
-    assert row.endswith("| equal | **no** | **no** | 1.08 (1.05–1.12) | yes |")
+    assert row.endswith("| equal | **no** | **no** | 1.06 (1.02–1.10) | **no** "
+                        "| 1.08 (1.05–1.12) | yes |")
     assert tally([cell]) == ("0 of 1 cells within bounds (each live run against the median of "
-                             "the others: 0 of 1; the simulator's prices scaled to the host's "
-                             "pace in each cell: 1 of 1)")
+                             "the others: 0 of 1; at the price checks' pace: 0 of 1; at the "
+                             "pace of the runs' own steps: 1 of 1)")
     data = cell.as_dict()
+    assert (data["checks"], data["check"], data["ok_at_check"]) == ([1.10, 1.02, 1.06], 1.06,
+                                                                    False)
     assert (data["paces"], data["ok_at_pace"]) == ([1.05, 1.12, None], True)
     # counts that differ at the other prices fail the cell there too
     shifted = Summary_of(completed=8, left=2, tokens_read=119, throughput_tok_s=96.0)
-    assert cell_verdict("mixed", "default", live, at_price, 2, [], paces=[1.05],
-                        sim_at_pace=shifted).ok_at_pace is False
-    assert cell_verdict("mixed", "default", live, at_price, 2, []).ok_at_pace is None
+    assert cell_verdict("mixed", "default", live, at_price, 2, [],
+                        at_pace=([1.05], shifted)).ok_at_pace is False
+    unpaced = cell_verdict("mixed", "default", live, at_price, 2, [])
+    assert (unpaced.ok_at_check, unpaced.ok_at_pace) == (None, None)
 
 
 def test_counts_show_their_spread_unrounded():
@@ -155,7 +164,7 @@ def test_counts_show_their_spread_unrounded():
     cell = CellVerdict("bursty-long", "optimistic-small-pool", 3,
                        [judge(f, [10, 11, 11], 9, leavers=0) for f in FIGURES], agree, [])
     row = markdown([cell]).splitlines()[2]
-    assert row.endswith("| **-2 (live ±0.5)** | equal | **no** | **no** | - | - |")
+    assert row.endswith("| **-2 (live ±0.5)** | equal | **no** | **no** | - | - | - | - |")
 
 
 def test_the_matrix_is_every_setting_by_every_trace_and_quick_is_a_subset():
