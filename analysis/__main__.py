@@ -1,25 +1,28 @@
-"""`python -m analysis calibrate|compare|twin|validate|study`: measure how far the
-simulator is from the live server on the same trace, over a matrix of settings and
-traces, and on the questions of the studies."""
+"""`python -m analysis calibrate|compare|twin|validate|price-check|study`: measure
+how far the simulator is from the live server on the same trace, over a matrix of
+settings and traces, and on the questions of the studies; and how fast the host
+runs today against its profile."""
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from scheduler.flags import OneLineErrors, add_flags, given
+from scheduler.flags import OneLineErrors, add_flags, given, positive
 from scheduler.settings import SERVER, SHARED, ServeSettings, scoped
 from sim import Profile, load_profile, pace
 from sim.fit import FitReport
 from traces import SAMPLES_DIR, load_trace
 
-from .calibrate import calibrate, measured_profile
+from .calibrate import cached_profile_path, calibrate, measured_profile, profile_key
 from .compare import Comparison, compare
-from .live_target import Access, LiveTarget
+from .live_target import Access, LiveTarget, live_target
 from .plots import write_plots
+from .price_check import price_check
 from .report import rows, text_table, write_report
 from .server_info import SettingsDisagree
 from .study.bench import Bench, Skipped, markdown_table, write_study
@@ -62,15 +65,8 @@ def _server(args) -> tuple[ServeSettings | str, Access]:
     return args.url, access
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-    return value
-
-
 def _calibration_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--calibration-time-scale", type=_positive, default=1.0, metavar="F",
+    p.add_argument("--calibration-time-scale", type=positive, default=1.0, metavar="F",
                    help="multiply the calibration workload's arrival times by F (below 1 for "
                    "servers much faster than a small model on a CPU, e.g. 0.25 on a GPU)")
 
@@ -154,6 +150,29 @@ def run_validate(args, server: ServeSettings | str, access: Access) -> int:
     return 0
 
 
+def run_price_check(args, server: ServeSettings | str, access: Access) -> int:
+    if args.profile:
+        profile = load_profile(args.profile)
+    else:
+        cached = cached_profile_path(*profile_key(server, access))
+        if not cached.exists():
+            print(f"python -m analysis price-check: no profile measured on this hardware "
+                  f"({cached}): give --profile, or run python -m analysis calibrate",
+                  file=sys.stderr)
+            return 2
+        profile = load_profile(cached)
+    cost = profile.cost_model()
+    with live_target(server, args.out / "price-check-server.log", access) as target:
+        paces = [pace(price_check(target, target.info.scheduler["max_model_len"]), cost)
+                 for _ in range(args.checks)]
+    median = statistics.median(paces)
+    print(f"checks: {', '.join(f'{p:.3f}' for p in paces)}\n"
+          f"The host runs at {median:.3f} times the prices of the profile measured on "
+          f"{profile.hardware} (1.10: a tenth slower than at its calibration). A what-if at "
+          f"today's speed: python -m sim replay TRACE --profile P --pace {median:.3f}")
+    return 0
+
+
 def run_study(args, server: ServeSettings, access: Access) -> int:
     """Each study asked (`all`: every one), into `--out` (with `all`, a folder each)."""
     try:
@@ -215,6 +234,13 @@ def parser() -> OneLineErrors:
                                    "study sets those it is about)"),
               ServeSettings, STARTED, absent_unless_given=True)
     p.set_defaults(func=run_study, url=None)
+    p = commands.add_parser("price-check", help="the host's pace against a profile now: a "
+                                                "short fixed load's steps over their prices")
+    _serve_options(p)
+    p.add_argument("--profile", help="a profile JSON; none: the one measured on this hardware")
+    p.add_argument("--checks", type=int, choices=range(1, 11), default=3, metavar="N",
+                   help="checks in a row, their median the pace (1 to 10; default 3)")
+    p.set_defaults(func=run_price_check, out=Path("runs/price-check"))
     p = commands.add_parser("validate", help="one profile against a matrix of live runs: "
                                              "settings by traces, each run several times, "
                                              "the host's pace checked about each run")

@@ -87,3 +87,11 @@ def _shown(default) -> str:
     if isinstance(default, tuple):
         return ", ".join(default) or "none"
     return str(default)
+
+
+def positive(text: str) -> float:
+    """An option's value that must be a number above 0."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable
 
-from scheduler.flags import OneLineErrors, add_flags, given
+from scheduler.flags import OneLineErrors, add_flags, given, positive
 from scheduler.settings import SHARED, ServeSettings, scoped
 from traces import TraceRequest, load_trace
 from traces.jsonl import count_requests, iter_trace
@@ -23,7 +23,7 @@ from traces.load import detect_format
 from traces.load_options import add_load_options, load_options
 from traces.summary import format_summary
 
-from .cost_model import ConstantCost, CostModel
+from .cost_model import ConstantCost, CostModel, ScaledCost
 from .fit import FitReport
 from .fitted_ranges import FittedRanges
 from .profile import CPU_SMOLLM2, build_profile, load_profile, save_profile
@@ -146,6 +146,8 @@ def _inputs(args, streamed: bool = False) -> tuple[Iterable[TraceRequest],
         cost, fitted = profile.cost_model(), profile.ranges()
         pool, measured = profile.num_blocks or DEFAULT_POOL, profile.overheads
         scatter = profile.step_scatter
+    if args.pace != 1.0:
+        cost = ScaledCost(cost, args.pace)
     settings = replay_settings(serve, SimSettings(**given(args, SimSettings)), pool, measured)
     if scatter:
         settings["step_scatter"] = scatter
@@ -170,6 +172,9 @@ def _replay_options(p: argparse.ArgumentParser) -> None:
                            f"it was measured on is the replay's (default: {CPU_SMOLLM2})")
     cost.add_argument("--constant-cost", type=float, metavar="S",
                       help=f"every step takes S seconds; the pool: --num-blocks, else {DEFAULT_POOL}")
+    p.add_argument("--pace", type=positive, default=1.0, metavar="F",
+                   help="every step F times its price: a host running F times as slow as where "
+                        "the profile was measured (python -m analysis price-check reads it)")
     add_flags(p.add_argument_group("the server's settings (python -m live serve's, with its "
                                    "defaults)"), ServeSettings, scoped(SHARED))
     add_flags(p.add_argument_group("the simulator's own"), SimSettings)

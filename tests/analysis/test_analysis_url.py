@@ -16,10 +16,13 @@ import live.engine.step_log
 from analysis.calibrate import WARMUP, calibrate
 from analysis.hardware import profile_name
 from analysis.live_target import LiveTarget
+from analysis.price_check import NEW_TOKENS
 from analysis.report import ROWS
 from analysis.workloads import calibration_workload
 from live.engine.step_log import StepLog
 from scheduler.settings import ServeSettings
+from sim import load_profile, pace
+from sim.profile import CPU_SMOLLM2
 from traces import write_trace
 from traces.outcome import read_outcomes
 
@@ -142,6 +145,32 @@ def test_a_server_with_keys_is_calibrated_and_compared_with_them(tmp_path, smoll
         assert records and {r["key"] for r in records} == {"team"}
         idle = wait_idle(url, admin)
         assert idle["blocks_free"] == idle["num_blocks"] == 128
+
+
+def test_the_price_check_reads_the_host_pace_against_a_profile(server, tmp_path):
+    url = server.base_url
+    before, finished = last_step(url), httpx.get(url + "/v1/engine").json()["requests"]["last"]
+    missing = run_analysis("price-check", "--url", url, cache=tmp_path / "empty")
+    assert missing.returncode == 2 and "no profile measured on this hardware" in missing.stderr
+    assert last_step(url) == before  # nothing ran
+    result = run_analysis("price-check", "--url", url, "--profile", CPU_SMOLLM2, "--checks", "3",
+                          cache=tmp_path / "empty")
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout.split("checks: ")[1].splitlines()[0].split(", ")
+    checks = [float(p) for p in printed]
+    assert len(checks) == 3 and all(p > 0 for p in checks)
+    median = sorted(printed, key=float)[1]
+    assert f"The host runs at {median} times" in result.stdout
+    assert f"python -m sim replay TRACE --profile P --pace {median}" in result.stdout
+    # the pace of the checks' steps together lies between the checks' own
+    both = pace(server_steps(url, before), load_profile(CPU_SMOLLM2).cost_model())
+    assert min(checks) - 0.0005 <= both <= max(checks) + 0.0005
+    # three checks of eight requests, each to its last token, and the pool whole again
+    body = httpx.get(url + "/v1/requests", params={"after": finished}).text
+    records = [json.loads(line) for line in body.splitlines()]
+    assert len(records) == 24 and all(r["id"].startswith("price-check-") for r in records)
+    assert {r["completion_tokens"] for r in records} == {NEW_TOKENS}
+    assert_whole(server)
 
 
 def test_serve_flags_the_server_does_not_run_are_refused(server, tmp_path):

@@ -63,6 +63,20 @@ def test_replay_prints_the_summary_and_writes_outcomes(trace, tmp_path):
     assert series[0].tolist() == (1.0, 1, 1, 0, 1, 1)
 
 
+def test_the_pace_prices_every_step_at_that_many_times_its_price(trace, tmp_path):
+    out = tmp_path / "out"
+    # half a second a step on a host twice as slow: the second a step of the replay above
+    result = run_sim("replay", "--trace", trace, "--constant-cost", 0.5, "--pace", 2,
+                     "--max-batch", 1, "--num-blocks", 64, "--out", out)
+    assert result.returncode == 0, result.stderr
+    a, c, b = read_outcomes(out / "outcomes.parquet")
+    assert (a.token_times_s, b.finish_s, c.left_s) == ([1.0, 2.0, 3.0], 10.0, 8.0)
+    setup = json.loads((out / "setup.json").read_text())
+    assert setup["cost"] == {"ScaledCost": {"model": {"seconds": 0.5}, "factor": 2.0}}
+    refused = run_sim("replay", "--trace", trace, "--constant-cost", 0.5, "--pace", 0)
+    assert refused.returncode == 2 and "--pace: must be above 0, not 0" in refused.stderr
+
+
 def test_sweep_prints_one_row_per_setting(trace):
     result = run_sim("sweep", "--trace", trace, "--constant-cost", 1.0, "--num-blocks", 64,
                      "--param", "max_batch=1,4", "--param", "policy=unbounded,naive")
