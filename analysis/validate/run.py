@@ -22,8 +22,8 @@ from itertools import groupby
 from pathlib import Path
 
 from scheduler.settings import ServeSettings
-from sim import (Profile, ReplaySetup, ScaledCost, load_step_log, pace, replay as sim_replay,
-                 write_step_log)
+from sim import (CostModel, Profile, ReplaySetup, ScaledCost, load_step_log, pace,
+                 replay as sim_replay, write_step_log)
 from traces import TraceRequest
 
 from ..compare import Comparison, compare, simulated_server
@@ -169,7 +169,7 @@ def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
     return verdicts
 
 
-def _logged_pace(path: Path, cost) -> float | None:
+def _logged_pace(path: Path, cost: CostModel) -> float | None:
     """The pace of the steps logged at `path`; None where there are none."""
     steps = load_step_log(path) if path.exists() else []
     return pace(steps, cost) if steps else None
