@@ -22,15 +22,15 @@ from itertools import groupby
 from pathlib import Path
 
 from scheduler.settings import ServeSettings
-from sim import (CostModel, Profile, ReplaySetup, ScaledCost, load_step_log, pace,
-                 replay as sim_replay, write_step_log)
+from sim import (Profile, ReplaySetup, ScaledCost, load_step_log, pace, replay as sim_replay,
+                 write_step_log)
 from traces import TraceRequest
 
 from ..compare import Comparison, compare, simulated_server
 from ..live_target import Access, live_target
 from ..price_check import price_check
 from .matrix import SETTINGS, TRACES, Cell
-from .verdict import EXACT, FIGURES, CellVerdict, cell_verdict, recorded_runs
+from .verdict import EXACT, FIGURES, CellVerdict, Repricing, cell_verdict, recorded_runs
 
 PRICE_CHECK_LOG = "price-check-steps.jsonl"
 """The steps of the price checks before and after a live run, beside its own."""
@@ -57,8 +57,7 @@ def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], ru
         groups = [(settings, group) for settings, group in groups if not SETTINGS[settings]]
     traces: dict[Cell, list[TraceRequest] | None] = {}
     done: dict[Cell, list[Comparison]] = {}
-    checks: dict[Cell, list[float]] = {}
-    cost = profile.cost_model()
+    checked: dict[Cell, list[list[dict]]] = {}
     verdicts: dict[Cell, CellVerdict] = {}
     for i in range(1, runs + 1):
         for settings, group in groups:
@@ -80,11 +79,11 @@ def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], ru
                         compare(trace, profile, target.url, run_dir,
                                 log=lambda *_: None, access=target.access))
                     after = price_check(target, max_model_len)
-                    checks.setdefault(cell, []).append(pace(before + after, cost))
+                    checked.setdefault(cell, []).append(before + after)
                     write_step_log(run_dir / PRICE_CHECK_LOG, before + after)
                     before = after
                     if i == runs:
-                        verdicts[cell] = _verdict(cell, trace, profile, done[cell], checks[cell])
+                        verdicts[cell] = _verdict(cell, trace, profile, done[cell], checked[cell])
                         ok = verdicts[cell].ok
                         log(f"{cell.name}: " + ("no request served" if ok is None else
                                                 "within bounds" if ok else "OVER a bound"))
@@ -100,14 +99,12 @@ def _trace(cell: Cell, max_model_len: int, log) -> list[TraceRequest] | None:
 
 
 def _verdict(cell: Cell, trace: list[TraceRequest], profile: Profile,
-             comparisons: list[Comparison], checks: list[float]) -> CellVerdict:
+             comparisons: list[Comparison], checked: list[list[dict]]) -> CellVerdict:
     # every run's simulated side is the same: the same seeds
     settings = comparisons[0].server.sim_settings()
-    cost = profile.cost_model()
     sim, beyond = _simulated(trace, simulated_server(profile, settings))
     return _judged(cell, trace, profile, [c.live.summary.as_dict() for c in comparisons],
-                   checks, [pace(c.steps, cost) if c.steps else None for c in comparisons],
-                   settings, sim, beyond)
+                   checked, [c.steps for c in comparisons], settings, sim, beyond)
 
 
 def _simulated(trace: list[TraceRequest], setup: ReplaySetup) -> tuple[dict, list[str]]:
@@ -125,23 +122,30 @@ def _simulated(trace: list[TraceRequest], setup: ReplaySetup) -> tuple[dict, lis
 
 
 def _judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[dict],
-            checks: list[float | None], paces: list[float | None], sim_settings: dict,
-            sim: dict, beyond_fit: list[str]) -> CellVerdict:
+            checked: list[list[dict]], ran: list[list[dict]], sim_settings: dict, sim: dict,
+            beyond_fit: list[str]) -> CellVerdict:
     """The cell's live runs (`live`, each run's summary) against the simulator at
-    the profile's prices (`sim`, its summary), and at those prices times the median
-    of `checks` (each run's pace as the price checks about it read it) and of
-    `paces` (as its own steps ran)."""
+    the profile's prices (`sim`, its summary), and at those prices times the host's
+    pace: as the price checks about the runs read it (`checked`, each run's check
+    steps; all of them together, one longer check), and as the runs' own steps
+    (`ran`) ran (their median)."""
+    cost = profile.cost_model()
     setup = simulated_server(profile, sim_settings)
 
-    def repriced(paces: list[float | None]) -> tuple[list[float | None], dict | None]:
-        known = [p for p in paces if p is not None]
-        if not known:
-            return paces, None
-        scaled = replace(setup, cost=ScaledCost(setup.cost, statistics.median(known)))
-        return paces, _simulated(trace, scaled)[0]
+    def repriced(paces: list[float | None], factor: float | None) -> Repricing:
+        if factor is None:
+            return paces, None, None
+        scaled = replace(setup, cost=ScaledCost(setup.cost, factor))
+        return paces, factor, _simulated(trace, scaled)[0]
 
+    checks = [pace(steps, cost) if steps else None for steps in checked]
+    every_check = [step for steps in checked for step in steps]
+    paces = [pace(steps, cost) if steps else None for steps in ran]
+    known = [p for p in paces if p is not None]
     return cell_verdict(cell.trace, cell.settings, live, sim, sum(r.client.leaves for r in trace),
-                        beyond_fit, sim_settings, repriced(checks), repriced(paces))
+                        beyond_fit, sim_settings,
+                        repriced(checks, pace(every_check, cost) if every_check else None),
+                        repriced(paces, statistics.median(known) if known else None))
 
 
 def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
@@ -150,7 +154,6 @@ def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
     paces priced anew from its step log and its price checks' (None where the log
     is not beside it)."""
     recorded = Path(recorded)
-    cost = profile.cost_model()
     verdicts = []
     for cell in json.loads(recorded.read_text())["cells"]:
         settings = cell.get("sim_settings")
@@ -163,13 +166,12 @@ def rejudge(recorded: Path, profile: Profile) -> list[CellVerdict]:
         sim, beyond = _simulated(trace, simulated_server(profile, settings))
         verdicts.append(_judged(Cell(cell["trace"], cell["settings"]), trace, profile,
                                 recorded_runs(cell),
-                                [_logged_pace(run / PRICE_CHECK_LOG, cost) for run in runs],
-                                [_logged_pace(run / "live-steps.jsonl", cost) for run in runs],
+                                [_logged_steps(run / PRICE_CHECK_LOG) for run in runs],
+                                [_logged_steps(run / "live-steps.jsonl") for run in runs],
                                 settings, sim, beyond))
     return verdicts
 
 
-def _logged_pace(path: Path, cost: CostModel) -> float | None:
-    """The pace of the steps logged at `path`; None where there are none."""
-    steps = load_step_log(path) if path.exists() else []
-    return pace(steps, cost) if steps else None
+def _logged_steps(path: Path) -> list[dict]:
+    """The steps logged at `path`; none where there is no log."""
+    return load_step_log(path) if path.exists() else []

@@ -12,13 +12,14 @@ shown within it there. The counts that follow from the trace and the scheduler
 alone (requests completed and left, tokens read) are kept for each side too: they
 must agree exactly.
 
-The host's pace is read two ways for each live run, and the simulator is judged
-again at each, its prices scaled to the cell's median pace: from price checks,
-a short fixed load run before and after the run (`price_check`), which read
-nothing of the workload judged, as a user checks the host before a what-if; and
-from the run's own steps over the profile's price of the same steps, which no
-profile can know beforehand: what the model is worth apart from the speed the
-host happened to run at while the cell ran."""
+The host's pace is read two ways, and the simulator is judged again at each, its
+prices scaled to the cell's pace: by price checks, a short fixed load run before
+and after each live run (`price_check`), which read nothing of the workload
+judged, as a user checks the host before a what-if (the cell's pace: all its
+checks' steps together, one longer check); and by each run's own steps over the
+profile's price of the same steps, which no profile can know beforehand: what
+the model is worth apart from the speed the host happened to run at while the
+cell ran (the cell's pace: the runs' median)."""
 from __future__ import annotations
 
 import statistics
@@ -96,17 +97,19 @@ def _within(error: float | None, bound: float | None) -> bool | None:
 
 @dataclass(frozen=True)
 class Repriced:
-    """The simulator judged again with its prices times the median of `paces`, each
-    live run's reading of the host's pace (None: not read)."""
+    """The simulator judged again with its prices times `pace`, the host's pace as
+    one reading of it gives for the cell (None: not read); `paces`: that reading
+    for each live run."""
     paces: list[float | None] = field(default_factory=list)
+    pace: float | None = None
     judged: list[Judged] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     """The simulator's `EXACT` counts at those prices."""
 
-    @property
-    def pace(self) -> float | None:
-        known = [p for p in self.paces if p is not None]
-        return statistics.median(known) if known else None
+
+Repricing = tuple[list[float | None], float | None, dict | None]
+"""Each run's pace, the cell's, and the simulated side's summary with its prices
+times the cell's (None: no pace known)."""
 
 
 @dataclass(frozen=True)
@@ -191,19 +194,19 @@ def _repriced(name: str, repriced: Repriced, ok: bool | None) -> dict:
 
 def cell_verdict(trace: str, settings: str, live: list[dict], sim: dict, leavers: int,
                  beyond_fit: list[str], sim_settings: dict | None = None,
-                 at_check: tuple[list[float | None], dict | None] = ([], None),
-                 at_pace: tuple[list[float | None], dict | None] = ([], None)) -> CellVerdict:
+                 at_check: Repricing = ([], None, None),
+                 at_pace: Repricing = ([], None, None)) -> CellVerdict:
     """`live`: each run's summary (`Summary.as_dict()`, or at least `FIGURES` and
-    `EXACT`); `sim`: the simulated side's. `at_check` and `at_pace`: each run's
-    pace as read by the price checks and by its own steps, and the simulated
-    side's summary with its prices scaled to their median (None: no pace known)."""
+    `EXACT`); `sim`: the simulated side's. `at_check` and `at_pace`: the host's
+    pace as the price checks read it and as the runs' own steps ran, with the
+    simulated side at it."""
     def judged(side: dict) -> list[Judged]:
         return [judge(f, [r[f] for r in live], side[f], leavers) for f in FIGURES]
 
-    def repriced(paces: list[float | None], side: dict | None) -> Repriced:
+    def repriced(paces: list[float | None], pace: float | None, side: dict | None) -> Repriced:
         if side is None:
-            return Repriced(list(paces))
-        return Repriced(list(paces), judged(side), {name: side[name] for name in EXACT})
+            return Repriced(list(paces), pace)
+        return Repriced(list(paces), pace, judged(side), {name: side[name] for name in EXACT})
 
     return CellVerdict(trace, settings, len(live), judged(sim),
                        {name: {"live": [r[name] for r in live], "sim": sim[name]}

@@ -132,11 +132,11 @@ def test_a_cell_is_judged_again_at_the_pace_its_host_ran():
     at_check = Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=100.0)
     at_pace = Summary_of(completed=8, left=2, tokens_read=120, throughput_tok_s=96.0)
     cell = cell_verdict("mixed", "default", live, at_price, 2, [],
-                        at_check=([1.10, 1.02, 1.06], at_check),
-                        at_pace=([1.05, 1.12, None], at_pace))
-    # +10.5% at the profile's prices; +5.3% at the checks' pace (the median, 1.06);
-    # +1.1% at the runs' own pace (the median of 1.05 and 1.12)
-    assert (cell.at_check.pace, cell.at_pace.pace) == (1.06, pytest.approx(1.085))
+                        at_check=([1.10, 1.02, 1.06], 1.06, at_check),
+                        at_pace=([1.05, 1.12, None], 1.085, at_pace))
+    # +10.5% at the profile's prices; +5.3% at the checks' pace; +1.1% at the runs'
+    # own pace
+    assert (cell.at_check.pace, cell.at_pace.pace) == (1.06, 1.085)
     assert (cell.ok, cell.ok_at_check, cell.ok_at_pace) == (False, False, True)
     checked, paced = ({j.figure: j for j in r.judged} for r in (cell.at_check, cell.at_pace))
     assert checked["throughput_tok_s"].error == pytest.approx(5 / 95)
@@ -154,7 +154,7 @@ def test_a_cell_is_judged_again_at_the_pace_its_host_ran():
     # counts that differ at the other prices fail the cell there too
     shifted = Summary_of(completed=8, left=2, tokens_read=119, throughput_tok_s=96.0)
     assert cell_verdict("mixed", "default", live, at_price, 2, [],
-                        at_pace=([1.05], shifted)).ok_at_pace is False
+                        at_pace=([1.05], 1.05, shifted)).ok_at_pace is False
     unpaced = cell_verdict("mixed", "default", live, at_price, 2, [])
     assert (unpaced.ok_at_check, unpaced.ok_at_pace) == (None, None)
 
