@@ -35,7 +35,7 @@ def tally(verdicts: list[CellVerdict]) -> str:
 
 
 def _pace(repriced: Repriced) -> str:
-    """The median pace, and the runs' range beside it."""
+    """The cell's pace, and the runs' range beside it."""
     known = [p for p in repriced.paces if p is not None]
     if not known:
         return "-"
@@ -89,11 +89,12 @@ def write_validation(verdicts: list[CellVerdict], out_dir: Path, header: str) ->
           "it is not, the bounds are finer than this host repeats. `checked pace`: the "
           "seconds the steps of a short fixed load (the price check) took, run on the cell's "
           "server before and after each live run, over the profile's price of the same steps "
-          "(1.10: the host ran a tenth slower than at calibration), the runs' median and "
-          "range; `within at checked pace`: the simulator judged again with its step prices "
-          "times that median, as a user who checks the host before a what-if would run it. "
-          "`own pace`: the same ratio for each live run's own steps, which no profile can "
-          "know beforehand; `within at own pace` tells the model's errors from the host's.",
+          "(1.10: the host ran a tenth slower than at calibration): all the cell's checks "
+          "together, and the runs' range; `within at checked pace`: the simulator judged "
+          "again with its step prices times that pace, as a user who checks the host before "
+          "a what-if would run it. `own pace`: the same ratio for each live run's own steps "
+          "(the runs' median, and their range), which no profile can know beforehand; "
+          "`within at own pace` tells the model's errors from the host's.",
           ""]
     if beyond:
         md += ["Where the simulated replay went past the profile's fit:", *beyond, ""]
