@@ -5,9 +5,9 @@ matrix takes; runs back to back would land in one stretch of it and judge that
 stretch, while rounds put a cell's runs as far apart as the matrix lasts. Each
 cell is simulated with the one profile, and again at the host's pace (as a price
 check on the cell's server read it about each run, and as the run's own steps
-ran), and judged once its last run ends. A matrix run once can judge another profile later
-(`rejudge`): the live runs are the costly part, and the simulated side is
-computed again in seconds.
+ran), and judged once its last run ends. A matrix run once can judge another
+profile later (`rejudge`): the live runs are the costly part, and the simulated
+side is computed again in seconds.
 
 With a profile that measured how its steps scatter about their price, one
 simulated replay is one draw, as one live run is: the simulated side is the
@@ -79,8 +79,9 @@ def validate(base: ServeSettings | str, profile: Profile, matrix: list[Cell], ru
                         compare(trace, profile, target.url, run_dir,
                                 log=lambda *_: None, access=target.access))
                     after = price_check(target, max_model_len)
-                    checked.setdefault(cell, []).append(before + after)
-                    write_step_log(run_dir / PRICE_CHECK_LOG, before + after)
+                    about = before + after
+                    checked.setdefault(cell, []).append(about)
+                    write_step_log(run_dir / PRICE_CHECK_LOG, about)
                     before = after
                     if i == runs:
                         verdicts[cell] = _verdict(cell, trace, profile, done[cell], checked[cell])
@@ -138,13 +139,15 @@ def _judged(cell: Cell, trace: list[TraceRequest], profile: Profile, live: list[
         scaled = replace(setup, cost=ScaledCost(setup.cost, factor))
         return paces, factor, _simulated(trace, scaled)[0]
 
-    checks = [pace(steps, cost) if steps else None for steps in checked]
-    every_check = [step for steps in checked for step in steps]
-    paces = [pace(steps, cost) if steps else None for steps in ran]
+    def run_pace(steps: list[dict]) -> float | None:
+        return pace(steps, cost) if steps else None
+
+    paces = [run_pace(steps) for steps in ran]
     known = [p for p in paces if p is not None]
     return cell_verdict(cell.trace, cell.settings, live, sim, sum(r.client.leaves for r in trace),
                         beyond_fit, sim_settings,
-                        repriced(checks, pace(every_check, cost) if every_check else None),
+                        repriced([run_pace(steps) for steps in checked],
+                                 run_pace([step for steps in checked for step in steps])),
                         repriced(paces, statistics.median(known) if known else None))
 
 
