@@ -2,7 +2,8 @@
 how well it predicts steps it was not fitted on.
 
 The fit goes in two stages, as the work does: the decode-only steps price what
-every step pays (a fixed cost, a sequence decoded, a context token read); the steps
+every step pays (a fixed cost, a sequence decoded, a context token read, each
+batch size's own cost beside the line where it holds); the steps
 with prompt work then price the prompts (a prompt, a token, attention's square,
 a prefix read back) over what their decodes cost at those prices. Fitted in one
 go, the long prefills' seconds would set the decode terms too, and terms that rise
@@ -98,7 +99,9 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
     hold, train = order[:n_hold], np.sort(order[n_hold:])
     trained = [steps[i] for i in train]
     cost = _fitted_terms(x[train], y[train], trained)
-    host = host_pace(trained, cost)
+    # Paced against every size's own cost: a calibration holds one size for a dozen
+    # steps, so a size's cost left out would be read as the host's pace about them.
+    host = host_pace(trained, _fitted_terms(x[train], y[train], trained, held_in_time=False))
     if host is not None:
         cost = _fitted_terms(x[train], y[train] / host,
                              [dict(s, duration_s=s["duration_s"] / h) for s, h in zip(trained, host)])
@@ -117,10 +120,10 @@ def fit(steps: list[dict], holdout_fraction: float = 0.2, seed: int = 0) -> tupl
     return cost, report
 
 
-def _fitted_terms(x: np.ndarray, y: np.ndarray, steps: list[dict]) -> LinearCost:
+def _fitted_terms(x: np.ndarray, y: np.ndarray, steps: list[dict], held_in_time: bool = True) -> LinearCost:
     coef = _staged(x, y)
     linear = LinearCost(**dict(zip(FEATURES, map(float, coef))))
-    return _with_batch_excess(linear, steps, y - x @ coef)
+    return _with_batch_excess(linear, steps, y - x @ coef, held_in_time)
 
 
 PACE_NEIGHBOURS = 16
@@ -168,7 +171,8 @@ MIN_STEPS_PER_BATCH = 3
 to be tried."""
 
 
-def _with_batch_excess(linear: LinearCost, steps: list[dict], residuals: np.ndarray) -> LinearCost:
+def _with_batch_excess(linear: LinearCost, steps: list[dict], residuals: np.ndarray,
+                       held_in_time: bool = True) -> LinearCost:
     """The linear model with a per-batch-size correction where it earns its place:
     at each batch size whose correction holds over time, the earlier half of that
     size's decode-only steps predicting the later half better than the linear
@@ -183,8 +187,8 @@ def _with_batch_excess(linear: LinearCost, steps: list[dict], residuals: np.ndar
         if len(idx) < 2 * MIN_STEPS_PER_BATCH:
             continue
         earlier, later = idx[:len(idx) // 2], idx[len(idx) // 2:]
-        holds = all(_corrects(linear, float(np.median(residuals[a])), [steps[i] for i in b])
-                    for a, b in ((earlier, later), (later, earlier)))
+        holds = not held_in_time or all(_corrects(linear, float(np.median(residuals[a])), [steps[i] for i in b])
+                                        for a, b in ((earlier, later), (later, earlier)))
         kept[batch] = float(np.median(residuals[idx])) if holds else 0.0
     if not any(kept.values()):
         return linear
@@ -230,11 +234,35 @@ def _staged(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if min(decode_only.sum(), (~decode_only).sum()) < 2 * len(FEATURES):
         return _nnls(x, y)
     coef = np.zeros(len(FEATURES))
-    coef[decode_cols] = _nnls(x[decode_only][:, decode_cols], y[decode_only])
+    coef[decode_cols] = _decode_terms(x[decode_only][:, decode_cols], y[decode_only])
     prompt = ~decode_only
     decodes_cost = x[prompt][:, decode_cols] @ coef[decode_cols]
     coef[prompt_cols] = _nnls(x[prompt][:, prompt_cols], y[prompt] - decodes_cost)
     return coef
+
+
+def _decode_terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """`DECODE_TERMS` from decode-only steps (`x`'s columns in that order): a
+    context token's price from how steps of one batch size differ, the cost of
+    each size measured `2 * MIN_STEPS_PER_BATCH` times left free (the rest share
+    a line), then the fixed and per-sequence costs as the line through every
+    size's cost, each size weighed by its steps. One line through all of the steps
+    at once would bend to sizes that cost more or less than it (a CPU's matrix
+    kernels favour some row counts), and where a calibration reads long contexts
+    at one size only, the context price would take up that size's bend."""
+    batch = x[:, 1]
+    sizes, size_of, counts = np.unique(batch, return_inverse=True, return_counts=True)
+    free = counts >= 2 * MIN_STEPS_PER_BATCH
+    own = np.zeros((len(y), free.sum()))
+    rows = free[size_of]
+    own[np.flatnonzero(rows), np.cumsum(free)[size_of[rows]] - 1] = 1.0
+    shared = np.column_stack([~rows, batch * ~rows]).astype(float)
+    per_context, *costs = _nnls(np.column_stack([x[:, 2], own, shared]), y)
+    size_costs = np.where(free, 0.0, costs[-2] + costs[-1] * sizes)
+    size_costs[free] = costs[:free.sum()]
+    weight = np.sqrt(counts)
+    fixed, per_sequence = _nnls(np.column_stack([weight, weight * sizes]), weight * size_costs)
+    return np.array([fixed, per_sequence, per_context])
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:

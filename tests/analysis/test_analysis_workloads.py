@@ -15,7 +15,9 @@ def by_group(workload, prefix):
 
 def test_every_batch_size_of_the_ladder_arrives_at_once_in_three_climbs_apart():
     workload = calibration_workload(16)
-    assert batch_ladder(16) == [1, 2, 3, 4, 6, 8, 11, 15, 16]
+    assert batch_ladder(16) == list(range(1, 17))
+    assert batch_ladder(40) == [*range(1, 17), 22, 31, 40]
+    assert batch_ladder(3) == [1, 2, 3]
     assert [len(g) for g in by_group(workload, "ladder-")] == batch_ladder(16) * 3
     climbs = [[r for r in workload if r.id.startswith(f"ladder-{n}-")] for n in range(3)]
     starts = [min(r.arrival_s for r in climb) for climb in climbs]

@@ -263,3 +263,28 @@ def test_a_slow_stretch_of_the_host_does_not_price_the_prompts_measured_in_it():
                        holdout_fraction=0.1, seed=0)
     for name in ("prefill_tokens", "prefill_tokens_sq", "prefix_tokens"):
         assert 1.1 < getattr(unclocked, name) / getattr(TRUE, name) < 1.2, name
+
+
+def test_a_context_token_is_priced_apart_from_the_sizes_that_bend():
+    """Odd batch sizes cost 8 ms over the line, and long contexts are read at batch 8
+    only, as in a calibration whose long decodes run at the full batch. The context
+    price comes from within each size, so a batch-5 step at a context no batch-5
+    step had is priced right; one line through all the steps tilts the context
+    price to take up batch 8's place under the odd sizes."""
+    rng = np.random.default_rng(4)
+    true = LinearCost(fixed=0.05, decode_batch=0.004, context_tokens=1e-5, prefill_tokens=0.002)
+    steps = [{"num_prefills": 1, "prefill_tokens": n, "prefill_tokens_sq": n * n, "decode_batch": 0,
+              "context_tokens": 0, "duration_s": true.cost(PlanFeatures(1, n, n * n, 0, 0))}
+             for n in range(32, 640, 32)]
+    for rung in range(3):
+        for batch in range(1, 9):
+            for i in range(12):
+                context = batch * (30 + i) + (rng.integers(1000, 3000) if batch == 8 and rung == 2 else 0)
+                f = PlanFeatures(0, 0, 0, batch, int(context))
+                steps.append({"num_prefills": 0, "prefill_tokens": 0, "prefill_tokens_sq": 0,
+                              "decode_batch": batch, "context_tokens": int(context),
+                              "duration_s": true.cost(f) + 0.008 * (batch % 2) + 2e-4 * rng.standard_normal()})
+    cost, _ = fit(steps, holdout_fraction=0.1, seed=0)
+    assert cost.context_tokens == pytest.approx(1e-5, rel=0.05)
+    unseen = PlanFeatures(0, 0, 0, 5, 5 * 400)
+    assert cost.cost(unseen) == pytest.approx(true.cost(unseen) + 0.008, rel=0.01)
