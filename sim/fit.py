@@ -257,9 +257,10 @@ def _decode_terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     rows = free[size_of]
     own[np.flatnonzero(rows), np.cumsum(free)[size_of[rows]] - 1] = 1.0
     shared = np.column_stack([~rows, batch * ~rows]).astype(float)
-    per_context, *costs = _nnls(np.column_stack([x[:, 2], own, shared]), y)
-    size_costs = np.where(free, 0.0, costs[-2] + costs[-1] * sizes)
-    size_costs[free] = costs[:free.sum()]
+    solved = _nnls(np.column_stack([x[:, 2], own, shared]), y)
+    per_context, own_costs, (line_fixed, line_per_sequence) = solved[0], solved[1:-2], solved[-2:]
+    size_costs = line_fixed + line_per_sequence * sizes
+    size_costs[free] = own_costs
     weight = np.sqrt(counts)
     fixed, per_sequence = _nnls(np.column_stack([weight, weight * sizes]), weight * size_costs)
     return np.array([fixed, per_sequence, per_context])
