@@ -288,3 +288,26 @@ def test_a_context_token_is_priced_apart_from_the_sizes_that_bend():
     assert cost.context_tokens == pytest.approx(1e-5, rel=0.05)
     unseen = PlanFeatures(0, 0, 0, 5, 5 * 400)
     assert cost.cost(unseen) == pytest.approx(true.cost(unseen) + 0.008, rel=0.01)
+
+
+@pytest.mark.parametrize("host", [(0.9, 1.0, 1.0), (1.0, 1.0, 1.1)])
+def test_a_size_held_for_a_dozen_steps_is_not_taken_for_the_hosts_pace(host):
+    """A calibration climbs its sizes three times, each size for a dozen steps; the
+    host runs a tenth fast or slow through one climb. Batch 3 costs 6 ms over the
+    line in every climb. Its halves in time disagree over raw seconds, so the raw
+    fit keeps no correction for it; were the host's pace read against that fit,
+    batch 3's own cost would be read as the host running slow about its steps, and
+    priced 8% short."""
+    true = LinearCost(fixed=0.05, decode_batch=0.004, context_tokens=1e-5, prefill_tokens=0.002)
+    rng = np.random.default_rng(0)
+    steps, start = [], 0.0
+    for pace in host:
+        work = [PlanFeatures(1, n, n * n, 0, 0) for n in range(64, 640, 64)]
+        work += [PlanFeatures(0, 0, 0, batch, batch * (30 + i)) for batch in range(1, 9) for i in range(12)]
+        for f in work:
+            seconds = (true.cost(f) + 0.006 * (f.decode_batch == 3)) * pace * (1 + 0.002 * rng.standard_normal())
+            steps.append({**f.as_dict(), "duration_s": seconds, "start_unix": start})
+            start += seconds
+    cost, _ = fit(steps, holdout_fraction=0.1, seed=0)
+    batch_3 = PlanFeatures(0, 0, 0, 3, 3 * 36)
+    assert cost.cost(batch_3) == pytest.approx(true.cost(batch_3) + 0.006, rel=0.01)
