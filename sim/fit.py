@@ -181,7 +181,7 @@ def _with_batch_excess(linear: LinearCost, steps: list[dict], residuals: np.ndar
     the rest stay linear. Halves in time, not drawn at random: a shared host runs
     slow for tens of seconds at a time, and random halves of a size measured in
     one such stretch would both carry its slowness. `steps` are in the order they
-    ran."""
+    ran. `held_in_time` False keeps every size's correction, tested or not."""
     kept = {}
     for batch, idx in _decode_batches(steps).items():
         if len(idx) < 2 * MIN_STEPS_PER_BATCH:
