@@ -67,6 +67,7 @@ def launched(args: Sequence[str] = (), *, program: Sequence[str] = LIVE_SERVE,
         if log is None:
             out = {"stdout": subprocess.PIPE, "text": True}
         else:
+            log.parent.mkdir(parents=True, exist_ok=True)
             out = {"stdout": stack.enter_context(open(log, "w"))}
         process = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.STDOUT, **out)
         server = Launched(process, port, log)
