@@ -28,6 +28,10 @@ from .workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
 MEASURED_OVERHEADS = ("request_s", "front_s", "wake_s", "delivery_s")
 """The `Overheads` a calibration measures (see `overheads`)."""
+BATCH_REACH = 2
+"""A server the calibration starts for its default workload batches this many times
+its own limit, and the workload's ladder climbs that far: a what-if that doubles
+the batch is then priced from measured steps rather than extrapolated."""
 
 
 def cached_profile_path(hardware: str, model: str, dtype: str) -> Path:
@@ -65,15 +69,20 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
     `calibration_workload`). `chunks` give the fit chunks beside decodes (none: with
     the default workload `chunk_workload`, with another nothing): on `server` if it
     prefills in chunks, else, when it is started here, on a second server like it
-    that does, in chunks of `CHUNK_TOKENS`."""
+    that does, in chunks of `CHUNK_TOKENS`. A server started here for the default
+    workload batches `BATCH_REACH` times as many sequences as `server` does."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with live_target(server, out_dir / "calibration-server.log", access) as target:
+    reaching = workload is None and not isinstance(server, str)
+    started = replace(server, max_batch=server.max_batch * BATCH_REACH) if reaching else server
+    with live_target(started, out_dir / "calibration-server.log", access) as target:
         info = target.info
         config = info.scheduler
+        max_batch = server.max_batch if reaching else config["max_batch"]
         if chunks is None and workload is None:
-            chunks = chunk_workload(config["max_batch"], time_scale, config["max_model_len"])
+            chunks = chunk_workload(max_batch, time_scale, config["max_model_len"])
         workload = workload or calibration_workload(
-            config["max_batch"], time_scale=time_scale, max_model_len=config["max_model_len"])
+            max_batch, time_scale=time_scale, max_model_len=config["max_model_len"],
+            ladder_top=config["max_batch"])
         chunks = chunks or []
         chunks_apart = bool(chunks) and not config["chunked_prefill"]
         if chunks_apart and isinstance(server, str):
@@ -98,11 +107,12 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
                             dtype=short_dtype(info.dtype), device=info.device,
                             block_size=config["block_size"], max_batch=config["max_batch"],
                             num_blocks=config["num_blocks"])
-    profile = replace(profile, overheads=overheads(result, records))
+    profile = replace(profile, overheads=overheads(result, records, steps))
     unmeasured = [name for name in MEASURED_OVERHEADS if name not in profile.overheads]
     if unmeasured:
         log(f"the workload measured no {', '.join(unmeasured)} (it needs requests named "
-            f"solo-… sent one at a time and burst-… sent together): 0 in the simulator")
+            f"solo-… sent one at a time, some finding the engine idle, and burst-… sent "
+            f"together): 0 in the simulator")
     path = out_dir / "profile.json"
     save_profile(profile, path)
     cached = cached_profile_path(info.hardware, info.model, info.dtype)
@@ -133,20 +143,27 @@ def _drive(target: LiveTarget, workload: list[TraceRequest]
     return result, target.steps_after(mark), records
 
 
-def overheads(result: LiveReplay, records: dict[str, dict]) -> dict[str, float]:
+def overheads(result: LiveReplay, records: dict[str, dict], steps: list[dict]) -> dict[str, float]:
     """What lies outside the steps, from the server's records (its times on this
-    host's clock) beside the clients': for requests that found the engine idle (the
-    solo ones), from arrival to the server's hands (HTTP, validation, tokenizing)
-    and from there to admission (the step loop waking); for requests sent together
-    (the burst), how far apart the server took them in; from the engine's first
-    token to the client's, delivery. A workload without solo requests or a burst
-    measures none of theirs: those are left out (`Overheads` takes 0 for them)."""
+    host's clock) beside the clients': for requests sent alone (the solo ones),
+    from arrival to the server's hands (HTTP, validation, tokenizing) and, for those
+    that found the engine idle in `steps` (the server's step log), from there to
+    admission (the step loop waking); for requests sent together (the burst), how
+    far apart the server took them in; from the engine's first token to the
+    client's, delivery. A workload without solo requests or a burst measures none
+    of theirs: those are left out (`Overheads` takes 0 for them)."""
     def since_start(unix: float) -> float:
         return unix - result.started_unix
+
+    def engine_idle(unix: float) -> bool:
+        # On a host slower than the workload allows for, a solo request can arrive
+        # while earlier ones still decode; its wait for their step is not a wake.
+        return not any(s["start_unix"] <= unix < s["start_unix"] + s["duration_s"] for s in steps)
 
     outcomes = {o.id: o for o in result.outcomes if o.id in records}
     solo = [(o, records[i]) for i, o in outcomes.items()
             if i.startswith("solo-") and records[i]["admitted_unix"] is not None]
+    woken = [r for _, r in solo if engine_idle(r["arrival_unix"])]
     taken = sorted(since_start(records[i]["arrival_unix"]) for i in outcomes
                    if i.startswith("burst-"))
     delivered = [o.first_token_client_s - since_start(records[i]["first_token_unix"])
@@ -156,8 +173,9 @@ def overheads(result: LiveReplay, records: dict[str, dict]) -> dict[str, float]:
     if solo:
         measured["request_s"] = max(0.0, statistics.median(
             since_start(r["arrival_unix"]) - o.arrival_s for o, r in solo))
+    if woken:
         measured["wake_s"] = max(0.0, statistics.median(
-            r["admitted_unix"] - r["arrival_unix"] for _, r in solo))
+            r["admitted_unix"] - r["arrival_unix"] for r in woken))
     if len(taken) > 1:
         measured["front_s"] = (taken[-1] - taken[0]) / (len(taken) - 1)
     if delivered:
