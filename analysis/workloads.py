@@ -2,18 +2,20 @@
 Solo requests of growing prompt length, up to the model's context (prefill
 cost, and the server's overheads for one request); a burst of short requests sent
 at once (how fast the server's front takes requests in); a ladder of decode batch
-sizes from 1 to the batch limit, each size held for a dozen steps, climbed three
-times half a minute apart (first, after the burst, after the mixed arrivals: a
+sizes from 1 to the largest the calibration prices (on a server it starts, twice
+that server's limit: `calibrate.BATCH_REACH`), each size held for a dozen steps,
+climbed three times half a minute apart (first, after the burst, after the mixed arrivals: a
 shared host runs 20 to 35% slow for tens of seconds at a time, and a size
 measured in one such stretch alone would take its slowness for the size's cost);
 Poisson arrivals with some slow readers and leavers, so that mixed steps are
-fitted while the server also streams to clients, as in serving; then the full
-batch for a few hundred steps, its contexts growing token by token to what a busy
+fitted while the server also streams to clients, as in serving; then the server's
+own full batch for a few hundred steps, its contexts growing token by token to what a busy
 server decodes, so that those are measured rather than extrapolated (the cost of a
 context token grows once K and V outgrow the caches: on a 2-core CPU, from 8 to
 19 µs past about 4,000 tokens)."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from traces import ClientMix, LeaveHow, TraceRequest, Uniform, generate
@@ -44,31 +46,54 @@ EVERY_SIZE_TO = 16
 """The ladder climbs every batch size up to this one: a CPU's matrix kernels favour
 some row counts, so that batch 5 costs 9% over the line through 4 and 6, which no
 size between two measured ones would show."""
+LARGER_SIZES_APART = 1.4
+"""Past `EVERY_SIZE_TO`, the most one size of the ladder is times the one before."""
 
 
-def batch_ladder(max_batch: int) -> list[int]:
-    """Every size up to `EVERY_SIZE_TO`, then sizes 1.4 times apart up to `max_batch`."""
-    sizes = list(range(1, min(max_batch, EVERY_SIZE_TO) + 1))
-    while sizes[-1] < max_batch:
-        sizes.append(min(max_batch, max(sizes[-1] + 1, round(sizes[-1] * 1.4))))
+def batch_ladder(top: int) -> list[int]:
+    """Every size up to `EVERY_SIZE_TO`, then sizes evenly apart in ratio, at most
+    `LARGER_SIZES_APART`, ending at `top`."""
+    sizes = list(range(1, min(top, EVERY_SIZE_TO) + 1))
+    if top > EVERY_SIZE_TO:
+        climbs = math.ceil(math.log(top / EVERY_SIZE_TO) / math.log(LARGER_SIZES_APART))
+        for k in range(1, climbs + 1):
+            sizes.append(max(sizes[-1] + 1, round(EVERY_SIZE_TO * (top / EVERY_SIZE_TO) ** (k / climbs))))
     return sizes
+
+
+def _rung_prompt(i: int) -> int:
+    """The prompt of a rung's `i`th request: growing by 8 tokens up to `EVERY_SIZE_TO`
+    requests, then again from the start, so that a larger rung's prefill grows with
+    its size and not with its square."""
+    return 24 + 8 * (i % EVERY_SIZE_TO)
+
+
+def _rung_room(b: int) -> float:
+    """Seconds from a rung of `b` to the next arrivals: its prefill and dozen decodes
+    on a slow CPU, longer per request past `EVERY_SIZE_TO`, where each rung's prefill
+    is longer and its decodes slower than the line through the smaller sizes."""
+    return 1.0 + 0.25 * b if b <= EVERY_SIZE_TO else 1.0 + 0.35 * b
 
 
 def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
                          mixed_rate: float = 2.0, time_scale: float = 1.0,
-                         max_model_len: int | None = None) -> list[TraceRequest]:
-    """`time_scale` below 1 packs the same requests closer, for models faster than
-    a 135M one on a CPU. Prompts are cut to fit `max_model_len` with their output."""
+                         max_model_len: int | None = None,
+                         ladder_top: int | None = None) -> list[TraceRequest]:
+    """`max_batch`: the batch the long contexts are decoded at; `ladder_top` (by
+    default `max_batch`): the largest size of the ladder, which the server must
+    batch. `time_scale` below 1 packs the same requests closer, for models faster
+    than a 135M one on a CPU. Prompts are cut to fit `max_model_len` with their
+    output."""
     def fitted(prompt: int, new_tokens: int) -> int:
         return prompt if max_model_len is None else max(1, min(prompt, max_model_len - new_tokens))
 
     requests: list[TraceRequest] = []
 
     def ladder(round_: int, t: float) -> float:
-        for b in batch_ladder(max_batch):
-            requests.extend(TraceRequest(f"ladder-{round_}-{b}-{i}", t, fitted(24 + 8 * i, LADDER_TOKENS),
+        for b in batch_ladder(ladder_top or max_batch):
+            requests.extend(TraceRequest(f"ladder-{round_}-{b}-{i}", t, fitted(_rung_prompt(i), LADDER_TOKENS),
                                          LADDER_TOKENS) for i in range(b))
-            t += 1.0 + 0.25 * b
+            t += _rung_room(b)
         return t
 
     t = ladder(0, 0.0) + 1.0  # the solo requests find the largest size drained
