@@ -67,8 +67,9 @@ def _server(args) -> tuple[ServeSettings | str, Access]:
 
 def _calibration_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration-time-scale", type=positive, default=1.0, metavar="F",
-                   help="multiply the calibration workload's arrival times by F (below 1 for "
-                   "servers much faster than a small model on a CPU, e.g. 0.25 on a GPU)")
+                   help="multiply the arrival times of the calibration's mixed phase by F "
+                   "(below 1 for servers much faster than a small model on a CPU, e.g. 0.25 "
+                   "on a GPU)")
 
 
 def run_calibrate(args, server: ServeSettings | str, access: Access) -> int:

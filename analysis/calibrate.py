@@ -9,6 +9,7 @@ import json
 import secrets
 import statistics
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from .workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
 MEASURED_OVERHEADS = ("request_s", "front_s", "wake_s", "delivery_s")
 """The `Overheads` a calibration measures (see `overheads`)."""
+PHASE_PAUSE_S = 0.25
+"""The quiet between one phase of the workload draining and the next one's start."""
 BATCH_REACH = 2
 """A server the calibration starts for its default workload batches this many times
 its own limit, and the workload's ladder climbs that far: a what-if that doubles
@@ -61,12 +64,13 @@ def measured_profile(server: ServeSettings | str, out_dir: Path, *, recalibrate:
 
 
 def calibrate(server: ServeSettings | str, out_dir: Path,
-              workload: list[TraceRequest] | None = None, log=print,
+              workload: list[list[TraceRequest]] | None = None, log=print,
               time_scale: float = 1.0, access: Access = Access(),
               chunks: list[TraceRequest] | None = None) -> tuple[Profile, Path]:
     """`server`: the settings to start one with, or the URL of one running (reached
-    with `access`). `time_scale` packs the default workloads' arrivals closer (see
-    `calibration_workload`). `chunks` give the fit chunks beside decodes (none: with
+    with `access`). `workload`: phases, each sent once the server has drained the
+    one before (by default `calibration_workload`'s). `time_scale` packs the
+    default workloads' arrivals closer (see `calibration_workload`). `chunks` give the fit chunks beside decodes (none: with
     the default workload `chunk_workload`, with another nothing): on `server` if it
     prefills in chunks, else, when it is started here, on a second server like it
     that does, in chunks of `CHUNK_TOKENS`. A server started here for the default
@@ -90,15 +94,15 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
                 f"not calibrated")
             chunks, chunks_apart = [], False
         log(f"calibrating: {info.model} on {info.hardware} ({info.device}, {info.dtype}) at "
-            f"{target.url}, {len(workload) + len(chunks)} requests")
-        result, steps, records = _drive(target, workload)
+            f"{target.url}, {sum(map(len, workload)) + len(chunks)} requests")
+        results, steps, records = _drive(target, workload)
         if chunks and not chunks_apart:
-            steps += _drive(target, chunks)[1]
+            steps += _drive(target, [chunks])[1]
         url = target.url
     if chunks_apart:
         chunking = replace(server, chunked_prefill=True, max_prefill_tokens=CHUNK_TOKENS)
         with live_target(chunking, out_dir / "calibration-chunks-server.log", access) as target:
-            steps += _drive(target, chunks)[1]
+            steps += _drive(target, [chunks])[1]
     if not steps:
         raise RuntimeError(f"the server at {url} recorded no step during the calibration")
     step_log = out_dir / "calibration-steps.jsonl"
@@ -107,7 +111,7 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
                             dtype=short_dtype(info.dtype), device=info.device,
                             block_size=config["block_size"], max_batch=config["max_batch"],
                             num_blocks=config["num_blocks"])
-    profile = replace(profile, overheads=overheads(result, records, steps))
+    profile = replace(profile, overheads=overheads(results, records, steps))
     unmeasured = [name for name in MEASURED_OVERHEADS if name not in profile.overheads]
     if unmeasured:
         log(f"the workload measured no {', '.join(unmeasured)} (it needs requests named "
@@ -125,25 +129,29 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
     return profile, path
 
 
-def _drive(target: LiveTarget, workload: list[TraceRequest]
-           ) -> tuple[LiveReplay, list[dict], dict[str, dict]]:
-    """Replay `workload` against `target` after a warm-up, with a progress bar: the
-    clients' records, the steps the server logged meanwhile and the server's record
-    of each request, by trace id."""
+def _drive(target: LiveTarget, phases: list[list[TraceRequest]]
+           ) -> tuple[list[LiveReplay], list[dict], dict[str, dict]]:
+    """Replay each phase against `target` once it has drained the one before, after
+    a warm-up, with a progress bar: each phase's clients' records, the steps the
+    server logged meanwhile and the server's record of each request, by trace id."""
     keys = target.access.replay_options()
     live_replay(target.url, WARMUP, **keys)  # first steps pay one-off allocation costs
     mark, finished_mark = target.last_step(), target.last_request()
     prefix = f"cal-{secrets.token_hex(4)}-"
-    with tqdm(total=len(workload), unit="req", desc="calibration", file=sys.stderr,
+    results = []
+    with tqdm(total=sum(map(len, phases)), unit="req", desc="calibration", file=sys.stderr,
               dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
-        result = live_replay(target.url, workload, on_done=bar.update, request_id_prefix=prefix,
-                             **keys)
+        for phase in phases:
+            # A replay ends once the server has nothing running or waiting.
+            time.sleep(PHASE_PAUSE_S)
+            results.append(live_replay(target.url, phase, on_done=bar.update,
+                                       request_id_prefix=prefix, **keys))
     records = {r["id"].removeprefix(prefix): r for r in target.requests_after(finished_mark)
                if r["id"].startswith(prefix)}
-    return result, target.steps_after(mark), records
+    return results, target.steps_after(mark), records
 
 
-def overheads(result: LiveReplay, records: dict[str, dict], steps: list[dict]) -> dict[str, float]:
+def overheads(results: list[LiveReplay], records: dict[str, dict], steps: list[dict]) -> dict[str, float]:
     """What lies outside the steps, from the server's records (its times on this
     host's clock) beside the clients': for requests sent alone (the solo ones),
     from arrival to the server's hands (HTTP, validation, tokenizing) and, for those
@@ -152,27 +160,28 @@ def overheads(result: LiveReplay, records: dict[str, dict], steps: list[dict]) -
     far apart the server took them in; from the engine's first token to the
     client's, delivery. A workload without solo requests or a burst measures none
     of theirs: those are left out (`Overheads` takes 0 for them)."""
-    def since_start(unix: float) -> float:
-        return unix - result.started_unix
-
     def engine_idle(unix: float) -> bool:
-        # On a host slower than the workload allows for, a solo request can arrive
-        # while earlier ones still decode; its wait for their step is not a wake.
+        # A solo request that arrives while a step runs waits for it: not a wake.
         return not any(s["start_unix"] <= unix < s["start_unix"] + s["duration_s"] for s in steps)
 
-    outcomes = {o.id: o for o in result.outcomes if o.id in records}
+    # each outcome's times count from its own phase's start
+    started = {o.id: result.started_unix for result in results for o in result.outcomes}
+    outcomes = {o.id: o for result in results for o in result.outcomes if o.id in records}
+
+    def client_s(i: str, unix: float) -> float:
+        return unix - started[i]
+
     solo = [(o, records[i]) for i, o in outcomes.items()
             if i.startswith("solo-") and records[i]["admitted_unix"] is not None]
     woken = [r for _, r in solo if engine_idle(r["arrival_unix"])]
-    taken = sorted(since_start(records[i]["arrival_unix"]) for i in outcomes
-                   if i.startswith("burst-"))
-    delivered = [o.first_token_client_s - since_start(records[i]["first_token_unix"])
+    taken = sorted(records[i]["arrival_unix"] for i in outcomes if i.startswith("burst-"))
+    delivered = [o.first_token_client_s - client_s(i, records[i]["first_token_unix"])
                  for i, o in outcomes.items()
                  if o.first_token_client_s is not None and records[i]["first_token_unix"] is not None]
     measured = {}
     if solo:
         measured["request_s"] = max(0.0, statistics.median(
-            since_start(r["arrival_unix"]) - o.arrival_s for o, r in solo))
+            client_s(o.id, r["arrival_unix"]) - o.arrival_s for o, r in solo))
     if woken:
         measured["wake_s"] = max(0.0, statistics.median(
             r["admitted_unix"] - r["arrival_unix"] for r in woken))

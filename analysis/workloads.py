@@ -4,15 +4,15 @@ cost, and the server's overheads for one request); a burst of short requests sen
 at once (how fast the server's front takes requests in); a ladder of decode batch
 sizes from 1 to the largest the calibration prices (on a server it starts, twice
 that server's limit: `calibrate.BATCH_REACH`), each size held for a dozen steps,
-climbed three times half a minute apart (first, after the burst, after the mixed arrivals: a
-shared host runs 20 to 35% slow for tens of seconds at a time, and a size
-measured in one such stretch alone would take its slowness for the size's cost);
-Poisson arrivals with some slow readers and leavers, so that mixed steps are
-fitted while the server also streams to clients, as in serving; then the server's
-own full batch for a few hundred steps, its contexts growing token by token to what a busy
-server decodes, so that those are measured rather than extrapolated (the cost of a
-context token grows once K and V outgrow the caches: on a 2-core CPU, from 8 to
-19 µs past about 4,000 tokens)."""
+climbed three times with other work between (first, after the solo requests and
+the burst, after the mixed arrivals: a shared host runs 20 to 35% slow for tens of
+seconds at a time, and a size measured in one such stretch alone would take its
+slowness for the size's cost); Poisson arrivals with some slow readers and
+leavers, so that mixed steps are fitted while the server also streams to clients,
+as in serving; then the server's own full batch for a few hundred steps, its
+contexts growing token by token to what a busy server decodes, so that those are
+measured rather than extrapolated (the cost of a context token grows once K and V
+outgrow the caches: on a 2-core CPU, from 8 to 19 µs past about 4,000 tokens)."""
 from __future__ import annotations
 
 import math
@@ -68,53 +68,44 @@ def _rung_prompt(i: int) -> int:
     return 24 + 8 * (i % EVERY_SIZE_TO)
 
 
-def _rung_room(b: int) -> float:
-    """Seconds from a rung of `b` to the next arrivals: its prefill and dozen decodes
-    on a slow CPU, longer per request past `EVERY_SIZE_TO`, where each rung's prefill
-    is longer and its decodes slower than the line through the smaller sizes."""
-    return 1.0 + 0.25 * b if b <= EVERY_SIZE_TO else 1.0 + 0.35 * b
-
-
 def calibration_workload(max_batch: int, seed: int = 0, mixed_count: int = 48,
                          mixed_rate: float = 2.0, time_scale: float = 1.0,
                          max_model_len: int | None = None,
-                         ladder_top: int | None = None) -> list[TraceRequest]:
-    """`max_batch`: the batch the long contexts are decoded at; `ladder_top` (by
+                         ladder_top: int | None = None) -> list[list[TraceRequest]]:
+    """The workload in phases, each sent once the one before has drained (see
+    `calibrate`), its arrivals from the phase's start: every rung of the ladder, each
+    solo request, the burst, the mixed arrivals and the long contexts. A phase that
+    waits for the last to drain holds its size on any host: at fixed times, a host
+    a third slower than the one they were set for ran each rung into the next, and
+    the solo requests into the last rung's decodes.
+
+    `max_batch`: the batch the long contexts are decoded at; `ladder_top` (by
     default `max_batch`): the largest size of the ladder, which the server must
-    batch. `time_scale` below 1 packs the same requests closer, for models faster
+    batch. `time_scale` below 1 packs the mixed arrivals closer, for models faster
     than a 135M one on a CPU. Prompts are cut to fit `max_model_len` with their
     output."""
     def fitted(prompt: int, new_tokens: int) -> int:
         return prompt if max_model_len is None else max(1, min(prompt, max_model_len - new_tokens))
 
-    requests: list[TraceRequest] = []
+    def ladder(round_: int) -> list[list[TraceRequest]]:
+        return [[TraceRequest(f"ladder-{round_}-{b}-{i}", 0.0, fitted(_rung_prompt(i), LADDER_TOKENS),
+                              LADDER_TOKENS) for i in range(b)]
+                for b in batch_ladder(ladder_top or max_batch)]
 
-    def ladder(round_: int, t: float) -> float:
-        for b in batch_ladder(ladder_top or max_batch):
-            requests.extend(TraceRequest(f"ladder-{round_}-{b}-{i}", t, fitted(_rung_prompt(i), LADDER_TOKENS),
-                                         LADDER_TOKENS) for i in range(b))
-            t += _rung_room(b)
-        return t
-
-    t = ladder(0, 0.0) + 1.0  # the solo requests find the largest size drained
-    for i, prompt in enumerate(SOLO_PROMPTS):
-        requests.append(TraceRequest(f"solo-{i}", t, fitted(prompt, 8), 8))
-        t += 0.5 + prompt * 0.004  # room for its prefill and decodes on a slow CPU
-    requests += [TraceRequest(f"burst-{i}", t, fitted(16, 4), 4) for i in range(BURST)]
-    t = ladder(1, t + 1.0 + 0.1 * BURST)
+    solos = [[TraceRequest(f"solo-{i}", 0.0, fitted(prompt, 8), 8)]
+             for i, prompt in enumerate(SOLO_PROMPTS)]
+    burst = [TraceRequest(f"burst-{i}", 0.0, fitted(16, 4), 4) for i in range(BURST)]
     clients = ClientMix(slow=0.2, slow_pause_s=0.1, leave=0.1, leave_after_tokens=10,
                         leave_how=LeaveHow.FIN)
-    mixed = generate(rate=mixed_rate, count=mixed_count, prompt_lengths=Uniform(16, 384),
-                     output_lengths=Uniform(16, 64), clients=clients, seed=seed)
-    requests += [TraceRequest(f"mixed-{r.id}", t + r.arrival_s, fitted(r.prompt_tokens, r.max_new_tokens),
-                              r.max_new_tokens, client=r.client) for r in mixed]
-    t = ladder(2, requests[-1].arrival_s + 4.0)  # once the mixed requests have drained
-    # Last, so that nothing waits on a guess of how long its hundreds of steps take.
+    mixed = [TraceRequest(f"mixed-{r.id}", r.arrival_s * time_scale,
+                          fitted(r.prompt_tokens, r.max_new_tokens), r.max_new_tokens, client=r.client)
+             for r in generate(rate=mixed_rate, count=mixed_count, prompt_lengths=Uniform(16, 384),
+                               output_lengths=Uniform(16, 64), clients=clients, seed=seed)]
     low, high = LONG_PROMPTS
     new_tokens = LONG_TOKENS if max_model_len is None else min(LONG_TOKENS, max_model_len // 2)
-    requests += [TraceRequest(f"long-{i}", t, fitted(low + (high - low) * i // max_batch, new_tokens),
-                              new_tokens) for i in range(max_batch)]
-    return [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
+    long = [TraceRequest(f"long-{i}", 0.0, fitted(low + (high - low) * i // max_batch, new_tokens),
+                         new_tokens) for i in range(max_batch)]
+    return [*ladder(0), *solos, burst, *ladder(1), mixed, *ladder(2), long]
 
 
 def chunk_workload(max_batch: int, time_scale: float = 1.0,

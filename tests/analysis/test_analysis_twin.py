@@ -124,7 +124,8 @@ def test_the_calibration_fits_chunks_that_read_their_prompt_back(model_dir, tmp_
     steps = load_step_log(tmp_path / "cal" / "calibration-steps.jsonl")
     assert (tmp_path / "cal" / "calibration-chunks-server.log").exists() is not chunking
     # every prompt of both workloads prefilled once, no more
-    assert sum(s["prefill_tokens"] for s in steps) == sum(r.prompt_tokens for r in workload + chunks)
+    assert sum(s["prefill_tokens"] for s in steps) == sum(
+        r.prompt_tokens for phase in [*workload, chunks] for r in phase)
     continued = [s for s in steps if s["prefix_tokens"]]
     assert continued and all(s["chunked"] for s in continued)
     chunk = 64 if chunking else CHUNK_TOKENS
@@ -161,7 +162,7 @@ def test_a_calibration_time_scale_that_is_not_positive_is_refused_before_anythin
 def test_a_workload_without_solo_requests_or_a_burst_leaves_their_overheads_out_and_says_so(
         model_dir, tmp_path):
     settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128)
-    workload = [TraceRequest(f"r{i}", 0.3 * i, 16 + 8 * i, 12) for i in range(8)]
+    workload = [[TraceRequest(f"r{i}", 0.3 * i, 16 + 8 * i, 12) for i in range(8)]]
     said = []
     profile, path = calibrate(settings, tmp_path / "cal", workload=workload, log=said.append)
     assert set(json.loads(path.read_text())["overheads"]) == set(profile.overheads) == {"delivery_s"}

@@ -84,7 +84,7 @@ def test_calibrate_then_compare_against_a_running_server(server, tmp_path, monke
     warmup, rest = run[:len(run) - len(fitted)], run[len(run) - len(fitted):]
     assert fitted == rest and profile.steps == len(fitted) > 0
     assert sum(s["num_prefills"] for s in warmup) == len(WARMUP)
-    fits = [r for r in workload if r.prompt_tokens + r.max_new_tokens <= CONTEXT]
+    fits = [r for phase in workload for r in phase if r.prompt_tokens + r.max_new_tokens <= CONTEXT]
     assert sum(s["num_prefills"] for s in fitted) == len(fits)
     saved = json.loads(path.read_text())
     assert (saved["model"], saved["hardware"], saved["max_batch"]) == (

@@ -19,7 +19,7 @@ def solo(i: int, sent_s: float, taken_s: float, admitted_s: float):
 
 def measured(requests, steps):
     result = SimpleNamespace(started_unix=START, outcomes=[o for o, _ in requests])
-    return overheads(result, {o.id: r for o, r in requests}, steps)
+    return overheads([result], {o.id: r for o, r in requests}, steps)
 
 
 def test_the_wake_is_read_from_requests_that_found_the_engine_idle():

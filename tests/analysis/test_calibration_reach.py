@@ -31,10 +31,9 @@ def driven(monkeypatch):
             model="m", hardware="h", device="cpu", dtype="float32",
             scheduler={"max_batch": max_batch, "max_model_len": 2048, "chunked_prefill": False}))
 
-    def drive(target, workload):
-        seen[-1]["rungs"] = sorted({int(r.id.split("-")[2]) for r in workload
-                                    if r.id.startswith("ladder-0-")})
-        seen[-1]["long"] = sum(r.id.startswith("long-") for r in workload)
+    def drive(target, phases):
+        seen[-1]["rungs"] = [len(phase) for phase in phases if phase[0].id.startswith("ladder-0-")]
+        seen[-1]["long"] = sum(r.id.startswith("long-") for phase in phases for r in phase)
         raise Driven
 
     monkeypatch.setattr(calibration, "live_target", live_target)
@@ -52,7 +51,7 @@ def test_a_started_server_batches_twice_its_limit_for_the_default_workload(drive
 
 
 def test_a_given_workload_or_a_running_server_keeps_its_batch(driven, tmp_path):
-    workload = [TraceRequest("ladder-0-1-0", 0.0, 24, 4)]
+    workload = [[TraceRequest("ladder-0-1-0", 0.0, 24, 4)]]
     with pytest.raises(Driven):
         calibration.calibrate(ServeSettings(max_batch=16), tmp_path, workload=workload,
                               log=lambda *a: None)
