@@ -70,11 +70,12 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
     """`server`: the settings to start one with, or the URL of one running (reached
     with `access`). `workload`: phases, each sent once the server has drained the
     one before (by default `calibration_workload`'s). `time_scale` packs the
-    default workloads' arrivals closer (see `calibration_workload`). `chunks` give the fit chunks beside decodes (none: with
-    the default workload `chunk_workload`, with another nothing): on `server` if it
-    prefills in chunks, else, when it is started here, on a second server like it
-    that does, in chunks of `CHUNK_TOKENS`. A server started here for the default
-    workload batches `BATCH_REACH` times as many sequences as `server` does."""
+    default workloads' arrivals closer (see `calibration_workload`). `chunks` give
+    the fit chunks beside decodes (none: with the default workload
+    `chunk_workload`, with another nothing): on `server` if it prefills in chunks,
+    else, when it is started here, on a second server like it that does, in chunks
+    of `CHUNK_TOKENS`. A server started here for the default workload batches
+    `BATCH_REACH` times as many sequences as `server` does."""
     out_dir.mkdir(parents=True, exist_ok=True)
     reaching = workload is None and not isinstance(server, str)
     started = replace(server, max_batch=server.max_batch * BATCH_REACH) if reaching else server
@@ -142,7 +143,7 @@ def _drive(target: LiveTarget, phases: list[list[TraceRequest]]
     with tqdm(total=sum(map(len, phases)), unit="req", desc="calibration", file=sys.stderr,
               dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
         for phase in phases:
-            # A replay ends once the server has nothing running or waiting.
+            # Each replay returns once the server has nothing running or waiting.
             time.sleep(PHASE_PAUSE_S)
             results.append(live_replay(target.url, phase, on_done=bar.update,
                                        request_id_prefix=prefix, **keys))
