@@ -31,12 +31,13 @@ def main() -> None:
     larger = [i for i in past if step_kind(steps[i]) == "decode"]
     if len(larger) < 2:
         sys.exit(f"{args.step_log}: no decode-only steps past {args.limit} sequences to hold out")
-    within = [s for i, s in enumerate(steps) if i not in set(past)]
+    left_out = set(past)
+    extrapolated = fit([s for i, s in enumerate(steps) if i not in left_out])[0]
     rng = np.random.default_rng(0)
     figures: dict[str, list[tuple[float, float]]] = {"extrapolated": [], "measured": []}
     for _ in range(args.draws):
         held = set(rng.permutation(larger)[:len(larger) // 2].tolist())
-        fits = {"extrapolated": fit(within)[0],
+        fits = {"extrapolated": extrapolated,
                 "measured": fit([s for i, s in enumerate(steps) if i not in held])[0]}
         for name, cost in fits.items():
             ratios = [steps[i]["duration_s"] / cost.cost(step_features(steps[i])) for i in sorted(held)]
