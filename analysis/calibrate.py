@@ -145,8 +145,10 @@ def _drive(target: LiveTarget, phases: list[list[TraceRequest]]
         for phase in phases:
             # Each replay returns once the server has nothing running or waiting.
             time.sleep(PHASE_PAUSE_S)
+            # A phase's requests mostly fall due at once and only what the server
+            # did with them is measured: how late the client sent them is no error.
             results.append(live_replay(target.url, phase, on_done=bar.update,
-                                       request_id_prefix=prefix, **keys))
+                                       request_id_prefix=prefix, warn_lag_s=None, **keys))
     records = {r["id"].removeprefix(prefix): r for r in target.requests_after(finished_mark)
                if r["id"].startswith(prefix)}
     return results, target.steps_after(mark), records
