@@ -24,7 +24,7 @@ from traces import TraceRequest
 
 from .hardware import model_name, profile_name, short_dtype
 from .live_target import Access, LiveTarget, live_target
-from .workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
+from .workloads import CHUNK_BUDGETS, calibration_workload, chunk_workload
 
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
 MEASURED_OVERHEADS = ("request_s", "front_s", "wake_s", "delivery_s")
@@ -72,9 +72,10 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
     one before (by default `calibration_workload`'s). `time_scale` packs the
     default workloads' arrivals closer (see `calibration_workload`). `chunks` give
     the fit chunks beside decodes (none: with the default workload
-    `chunk_workload`, with another nothing): on `server` if it prefills in chunks,
-    else, when it is started here, on a second server like it that does, in chunks
-    of `CHUNK_TOKENS`. A server started here for the default workload batches
+    `chunk_workload`, with another nothing): when `server` is started here, once
+    at each of `CHUNK_BUDGETS` and at its own budget if it prefills in chunks, on
+    it at its own and on a server like it for each other; when it runs elsewhere,
+    on it if it prefills in chunks. A server started here for the default workload batches
     `BATCH_REACH` times as many sequences as `server` does."""
     out_dir.mkdir(parents=True, exist_ok=True)
     reaching = workload is None and not isinstance(server, str)
@@ -88,22 +89,28 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
         workload = workload or calibration_workload(
             max_batch, time_scale=time_scale, max_model_len=config["max_model_len"],
             ladder_top=config["max_batch"])
-        chunks = chunks or []
-        chunks_apart = bool(chunks) and not config["chunked_prefill"]
-        if chunks_apart and isinstance(server, str):
-            log(f"the server at {server} prefills whole prompts: chunks beside decodes are "
-                f"not calibrated")
-            chunks, chunks_apart = [], False
+        own_budget = config["max_prefill_tokens"] if config["chunked_prefill"] else None
+        if not chunks:
+            budgets = []
+        elif isinstance(server, str):
+            budgets = [own_budget] if own_budget else []
+            if not budgets:
+                log(f"the server at {server} prefills whole prompts: chunks beside decodes "
+                    f"are not calibrated")
+        else:
+            budgets = sorted({*CHUNK_BUDGETS, own_budget} - {None}, reverse=True)
         log(f"calibrating: {info.model} on {info.hardware} ({info.device}, {info.dtype}) at "
-            f"{target.url}, {sum(map(len, workload)) + len(chunks)} requests")
+            f"{target.url}, {sum(map(len, workload)) + len(chunks or []) * len(budgets)} requests")
         results, steps, records = _drive(target, workload)
-        if chunks and not chunks_apart:
+        if own_budget in budgets:
             steps += _drive(target, [chunks])[1]
         url = target.url
-    if chunks_apart:
-        chunking = replace(server, chunked_prefill=True, max_prefill_tokens=CHUNK_TOKENS)
-        with live_target(chunking, out_dir / "calibration-chunks-server.log", access) as target:
-            steps += _drive(target, [chunks])[1]
+    for budget in budgets:
+        if budget != own_budget:
+            chunking = replace(server, chunked_prefill=True, max_prefill_tokens=budget)
+            with live_target(chunking, out_dir / f"calibration-chunks-{budget}-server.log",
+                             access) as target:
+                steps += _drive(target, [chunks])[1]
     if not steps:
         raise RuntimeError(f"the server at {url} recorded no step during the calibration")
     step_log = out_dir / "calibration-steps.jsonl"

@@ -13,7 +13,7 @@ from analysis.calibrate import calibrate
 from analysis.compare import compare
 from analysis.plots import write_plots
 from analysis.report import ROWS, rows, write_report
-from analysis.workloads import CHUNK_TOKENS, calibration_workload, chunk_workload
+from analysis.workloads import CHUNK_BUDGETS, calibration_workload, chunk_workload
 from scheduler.settings import ServeSettings
 from sim import load_profile, load_step_log, pace
 from traces import TraceRequest, write_trace
@@ -110,8 +110,8 @@ def test_compare_command_prints_the_table(model_dir, tmp_path):
 
 @pytest.mark.parametrize("chunking", [False, True], ids=["whole-prefill", "chunked"])
 def test_the_calibration_fits_chunks_that_read_their_prompt_back(model_dir, tmp_path, chunking):
-    """A server that prefills whole prompts is calibrated on chunks by a second
-    server like it that cuts them; one that chunks, by itself."""
+    """Chunks are calibrated at each of the budgets, beside decodes: on the server
+    itself at its own budget, on a server like it for each other."""
     budget = {"max_prefill_tokens": 64, "chunked_prefill": True} if chunking else {}
     settings = ServeSettings(model=str(model_dir), threads=1, max_batch=4, num_blocks=128, **budget)
     workload = calibration_workload(4, mixed_count=6, time_scale=0.1, max_model_len=256)
@@ -122,16 +122,19 @@ def test_the_calibration_fits_chunks_that_read_their_prompt_back(model_dir, tmp_
     profile, _ = calibrate(settings, tmp_path / "cal", log=lambda *a: None, workload=workload,
                            chunks=chunks)
     steps = load_step_log(tmp_path / "cal" / "calibration-steps.jsonl")
-    assert (tmp_path / "cal" / "calibration-chunks-server.log").exists() is not chunking
-    # every prompt of both workloads prefilled once, no more
+    assert CHUNK_BUDGETS == (128, 64)
+    assert (tmp_path / "cal" / "calibration-chunks-128-server.log").exists()
+    assert (tmp_path / "cal" / "calibration-chunks-64-server.log").exists() is not chunking
+    # every prompt of the workload prefilled once, and of the chunks once a budget
     assert sum(s["prefill_tokens"] for s in steps) == sum(
-        r.prompt_tokens for phase in [*workload, chunks] for r in phase)
+        r.prompt_tokens for phase in [*workload, chunks, chunks] for r in phase)
     continued = [s for s in steps if s["prefix_tokens"]]
     assert continued and all(s["chunked"] for s in continued)
-    chunk = 64 if chunking else CHUNK_TOKENS
-    assert max(s["prefill_tokens"] for s in continued) <= chunk
+    # prompts of 248 tokens, one after another: full chunks at both budgets
+    assert {s["prefill_tokens"] for s in continued} >= {64, 128}
+    assert max(s["prefill_tokens"] for s in continued) == 128
     assert any(s["decode_batch"] for s in continued)  # beside the decodes
-    assert profile.fitted_ranges["prefix_tokens"] == max(s["prefix_tokens"] for s in steps) >= chunk
+    assert profile.fitted_ranges["prefix_tokens"] == max(s["prefix_tokens"] for s in steps) >= 128
 
 
 def test_a_chunking_server_is_mirrored_and_its_tokens_counted_on_both_sides(model_dir, tmp_path):
