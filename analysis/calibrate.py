@@ -8,12 +8,9 @@ from __future__ import annotations
 import json
 import secrets
 import statistics
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-
-from tqdm import tqdm
 
 from live.client.loadgen import LiveReplay, replay as live_replay
 from live.runner.models import cache_root
@@ -24,6 +21,7 @@ from traces import TraceRequest
 
 from .hardware import model_name, profile_name, short_dtype
 from .live_target import Access, LiveTarget, live_target
+from .progress import Progress
 from .workloads import CHUNK_BUDGETS, calibration_workload, chunk_workload
 
 WARMUP = [TraceRequest("warmup-0", 0.0, 32, 4), TraceRequest("warmup-1", 0.0, 200, 4)]
@@ -99,18 +97,21 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
                     f"are not calibrated")
         else:
             budgets = sorted({*CHUNK_BUDGETS, own_budget} - {None}, reverse=True)
+        requests = sum(map(len, workload)) + len(chunks or []) * len(budgets)
         log(f"calibrating: {info.model} on {info.hardware} ({info.device}, {info.dtype}) at "
-            f"{target.url}, {sum(map(len, workload)) + len(chunks or []) * len(budgets)} requests")
-        results, steps, records = _drive(target, workload)
+            f"{target.url}, {requests} requests")
+        progress = Progress(requests, "calibration", log)
+        results, steps, records = _drive(target, workload, progress)
         if own_budget in budgets:
-            steps += _drive(target, [chunks])[1]
+            steps += _drive(target, [chunks], progress)[1]
         url = target.url
     for budget in budgets:
         if budget != own_budget:
             chunking = replace(server, chunked_prefill=True, max_prefill_tokens=budget)
             with live_target(chunking, out_dir / f"calibration-chunks-{budget}-server.log",
                              access) as target:
-                steps += _drive(target, [chunks])[1]
+                steps += _drive(target, [chunks], progress)[1]
+    progress.close()
     if not steps:
         raise RuntimeError(f"the server at {url} recorded no step during the calibration")
     step_log = out_dir / "calibration-steps.jsonl"
@@ -137,25 +138,24 @@ def calibrate(server: ServeSettings | str, out_dir: Path,
     return profile, path
 
 
-def _drive(target: LiveTarget, phases: list[list[TraceRequest]]
+def _drive(target: LiveTarget, phases: list[list[TraceRequest]], progress: Progress
            ) -> tuple[list[LiveReplay], list[dict], dict[str, dict]]:
     """Replay each phase against `target` once it has drained the one before, after
-    a warm-up, with a progress bar: each phase's clients' records, the steps the
-    server logged meanwhile and the server's record of each request, by trace id."""
+    a warm-up, telling `progress` of each request done: each phase's clients'
+    records, the steps the server logged meanwhile and the server's record of each
+    request, by trace id."""
     keys = target.access.replay_options()
     live_replay(target.url, WARMUP, **keys)  # first steps pay one-off allocation costs
     mark, finished_mark = target.last_step(), target.last_request()
     prefix = f"cal-{secrets.token_hex(4)}-"
     results = []
-    with tqdm(total=sum(map(len, phases)), unit="req", desc="calibration", file=sys.stderr,
-              dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
-        for phase in phases:
-            # Each replay returns once the server has nothing running or waiting.
-            time.sleep(PHASE_PAUSE_S)
-            # A phase's requests mostly fall due at once and only what the server
-            # did with them is measured: how late the client sent them is no error.
-            results.append(live_replay(target.url, phase, on_done=bar.update,
-                                       request_id_prefix=prefix, warn_lag_s=None, **keys))
+    for phase in phases:
+        # Each replay returns once the server has nothing running or waiting.
+        time.sleep(PHASE_PAUSE_S)
+        # A phase's requests mostly fall due at once and only what the server
+        # did with them is measured: how late the client sent them is no error.
+        results.append(live_replay(target.url, phase, on_done=progress.update,
+                                   request_id_prefix=prefix, warn_lag_s=None, **keys))
     records = {r["id"].removeprefix(prefix): r for r in target.requests_after(finished_mark)
                if r["id"].startswith(prefix)}
     return results, target.steps_after(mark), records

@@ -31,7 +31,7 @@ def driven(monkeypatch):
             model="m", hardware="h", device="cpu", dtype="float32",
             scheduler={"max_batch": max_batch, "max_model_len": 2048, "chunked_prefill": False}))
 
-    def drive(target, phases):
+    def drive(target, phases, progress):
         seen[-1]["rungs"] = [len(phase) for phase in phases if phase[0].id.startswith("ladder-0-")]
         seen[-1]["long"] = sum(r.id.startswith("long-") for phase in phases for r in phase)
         raise Driven
