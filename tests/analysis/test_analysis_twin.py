@@ -130,9 +130,11 @@ def test_the_calibration_fits_chunks_that_read_their_prompt_back(model_dir, tmp_
         r.prompt_tokens for phase in [*workload, chunks, chunks] for r in phase)
     continued = [s for s in steps if s["prefix_tokens"]]
     assert continued and all(s["chunked"] for s in continued)
-    # prompts of 248 tokens, one after another: full chunks at both budgets
-    assert {s["prefill_tokens"] for s in continued} >= {64, 128}
-    assert max(s["prefill_tokens"] for s in continued) == 128
+    # a prompt of 248 tokens goes on at 64 a step over a prefix of 64, and with its last
+    # 120 over a prefix of 128 (the next prompt's first 8 beside them if it has come)
+    assert any(s["prefix_tokens"] == 64 and s["prefill_tokens"] == 64 for s in continued)
+    assert any(s["prefix_tokens"] == 128 and s["prefill_tokens"] in (120, 128) for s in continued)
+    assert max(s["prefill_tokens"] for s in continued) <= 128
     assert any(s["decode_batch"] for s in continued)  # beside the decodes
     assert profile.fitted_ranges["prefix_tokens"] == max(s["prefix_tokens"] for s in steps) >= 128
 
