@@ -9,6 +9,8 @@ from typing import Callable
 
 from tqdm import tqdm
 
+from sim.progress import wanted
+
 LINE_EVERY_S = 30.0
 
 
@@ -20,7 +22,7 @@ class Progress:
         self.total, self.what, self.log, self.clock = total, what, log, clock
         self.done = 0
         self.started = self.last_line = clock()
-        terminal = sys.stderr.isatty() if terminal is None else terminal
+        terminal = wanted(quiet=False) if terminal is None else terminal
         self.bar = (tqdm(total=total, unit="req", desc=what, file=sys.stderr, dynamic_ncols=True)
                     if terminal else None)
 
